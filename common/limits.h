@@ -1,0 +1,43 @@
+/* Every limit on what a peer or a user controls, in one place. */
+#pragma once
+
+#define DDP_PROTOCOL_VERSION 1u
+
+/* Jobs and members */
+#define DDP_MAX_WORLD_SIZE 1024      /* members of one job */
+#define DDP_MAX_JOBS 256             /* jobs ddpd holds at once, forming or running */
+#define DDP_MAX_PEERS 4096           /* connections ddpd tracks at once */
+#define DDP_MAX_JOB_NAME 64          /* bytes, [A-Za-z0-9._-] */
+#define DDP_MAX_MODE 16              /* bytes */
+#define DDP_MAX_HOST 255             /* bytes, as HOST_NAME_MAX */
+#define DDP_MAX_ENDPOINT 256         /* bytes, a ZeroMQ endpoint */
+#define DDP_MAX_REASON 512           /* bytes of an error, reject or abort text */
+
+/* Key-value store, per job */
+#define DDP_MAX_STORE_KEY 512        /* bytes */
+#define DDP_MAX_STORE_VALUE (1u << 20)  /* bytes */
+#define DDP_MAX_STORE_KEYS 4096      /* keys */
+#define DDP_MAX_STORE_BYTES (64u << 20) /* keys and values together */
+#define DDP_MAX_STORE_WAIT_KEYS 64   /* keys one wait may name */
+#define DDP_MAX_STORE_WAITERS 4096   /* pending waits */
+
+/* Framing: [envelope][payload...] */
+#define DDP_MAX_PAYLOAD_FRAMES 8
+#define DDP_MAX_ENVELOPE_BYTES (2u << 20)  /* a Welcome for the largest world, a store value */
+#define DDP_MAX_CONTROL_MSG_BYTES (64ll << 20) /* ZMQ_MAXMSGSIZE of control sockets */
+#define DDP_MAX_DATA_MSG_BYTES (256ll << 20)   /* ZMQ_MAXMSGSIZE of data sockets */
+
+/* Timing, milliseconds */
+#define DDP_DEFAULT_HEARTBEAT_MS 500
+#define DDP_MIN_HEARTBEAT_MS 10
+#define DDP_MAX_HEARTBEAT_MS 60000
+#define DDP_DEFAULT_LIVENESS 3       /* missed intervals before a peer is dead */
+#define DDP_MAX_LIVENESS 100
+#define DDP_DEFAULT_JOIN_TIMEOUT_MS 300000
+#define DDP_DEFAULT_TIMEOUT_MS 60000    /* one collective or control request */
+#define DDP_DEFAULT_CONNECT_TIMEOUT_MS 10000 /* until ddpd first answers */
+#define DDP_MAX_TIMEOUT_MS 86400000     /* one day */
+#define DDP_WAITING_LOG_MS 5000      /* "job 'x': 3/4 joined" every so often */
+
+/* Configuration */
+#define DDP_MAX_CONFIG_STRING 1024   /* bytes of a string option */

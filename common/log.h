@@ -1,0 +1,45 @@
+/* Logging to stderr, so that journald (or the terminal) collects it.
+ *
+ * One line per event: "ddpd: warn: job 'x': rank 2 (pid 42 on lab1) died".
+ * Under systemd (JOURNAL_STREAM set) each line starts with the syslog priority, "<4>",
+ * so journalctl shows levels. Thread-safe: each line is one write(2). */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum {
+    LOG_LEVEL_ERROR = 0,
+    LOG_LEVEL_WARN = 1,
+    LOG_LEVEL_INFO = 2,
+    LOG_LEVEL_DEBUG = 3,
+} log_level;
+
+void log_set_level(log_level level);
+log_level log_get_level(void);
+/* "error", "warn", "info", "debug" -> level; -EINVAL for anything else. */
+int log_level_from_string(const char *name, log_level *ret_level);
+
+/* The component or rank that prefixes every line: "ddpd", "rank 3". */
+void log_set_prefix(const char *prefix);
+
+void log_write(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_write(LOG_LEVEL_ERROR, __VA_ARGS__)
+#define log_warn(...) log_write(LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_info(...) log_write(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_debug(...) log_write(LOG_LEVEL_DEBUG, __VA_ARGS__)
+
+/* At most `burst` lines per `interval_ms`; the next line that passes says how many were
+ * suppressed. For anything a peer can trigger at will. Not thread-safe: one per thread. */
+typedef struct {
+    uint64_t interval_ms;
+    unsigned burst;
+    uint64_t window_start_ms;
+    unsigned printed;
+    unsigned suppressed;
+} log_ratelimit;
+
+#define LOG_RATELIMIT_INIT(interval, n) {.interval_ms = (interval), .burst = (n)}
+
+void log_ratelimited(log_ratelimit *rl, log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));

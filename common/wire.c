@@ -1,0 +1,332 @@
+#include "common/wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+
+/* Per message type: the body it must carry, whether it names a job, its payload frames. */
+static const struct {
+    const char *name;
+    Ddp__Envelope__BodyCase body;
+    bool needs_job;
+} wire_types[] = {
+    [DDP__MSG_TYPE__JOIN] = {"join", DDP__ENVELOPE__BODY_JOIN, true},
+    [DDP__MSG_TYPE__WELCOME] = {"welcome", DDP__ENVELOPE__BODY_WELCOME, true},
+    [DDP__MSG_TYPE__REJECT] = {"reject", DDP__ENVELOPE__BODY_REJECT, false},
+    [DDP__MSG_TYPE__HEARTBEAT] = {"heartbeat", DDP__ENVELOPE__BODY_HEARTBEAT, false},
+    [DDP__MSG_TYPE__BARRIER] = {"barrier", DDP__ENVELOPE__BODY_BARRIER, true},
+    [DDP__MSG_TYPE__STORE_SET] = {"store-set", DDP__ENVELOPE__BODY_STORE_SET, true},
+    [DDP__MSG_TYPE__STORE_GET] = {"store-get", DDP__ENVELOPE__BODY_STORE_GET, true},
+    [DDP__MSG_TYPE__STORE_WAIT] = {"store-wait", DDP__ENVELOPE__BODY_STORE_WAIT, true},
+    [DDP__MSG_TYPE__STORE_VALUE] = {"store-value", DDP__ENVELOPE__BODY_STORE_VALUE, true},
+    [DDP__MSG_TYPE__ABORT] = {"abort", DDP__ENVELOPE__BODY_ABORT, false},
+    [DDP__MSG_TYPE__LEAVE] = {"leave", DDP__ENVELOPE__BODY_LEAVE, true},
+    [DDP__MSG_TYPE__STATUS_REQUEST] = {"status-request", DDP__ENVELOPE__BODY_STATUS_REQUEST, false},
+    [DDP__MSG_TYPE__STATUS_REPLY] = {"status-reply", DDP__ENVELOPE__BODY_STATUS_REPLY, false},
+    [DDP__MSG_TYPE__ERROR] = {"error", DDP__ENVELOPE__BODY_ERROR, false},
+};
+#define WIRE_N_TYPES (sizeof(wire_types) / sizeof(wire_types[0]))
+
+const char *wire_type_name(int type) {
+    if (type <= 0 || (size_t)type >= WIRE_N_TYPES)
+        return "unknown";
+    return wire_types[type].name;
+}
+
+int wire_socket_setup(void *socket, int64_t max_msg_bytes) {
+    int linger = 0;
+    if (zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger)) < 0)
+        return -errno;
+    if (zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_msg_bytes, sizeof(max_msg_bytes)) < 0)
+        return -errno;
+    return 0;
+}
+
+void wire_envelope_init(Ddp__Envelope *env, Ddp__MsgType type, const char *job, int32_t rank,
+                        uint64_t generation, uint64_t seq) {
+    ddp__envelope__init(env);
+    env->version = DDP_PROTOCOL_VERSION;
+    env->type = type;
+    env->job = (char *)(job ? job : "");
+    env->rank = rank;
+    env->generation = generation;
+    env->seq = seq;
+    if (type > 0 && (size_t)type < WIRE_N_TYPES)
+        env->body_case = wire_types[type].body;
+}
+
+int wire_pack(const Ddp__Envelope *env, zmq_msg_t *ret_frame) {
+    size_t size = ddp__envelope__get_packed_size(env);
+    if (size > DDP_MAX_ENVELOPE_BYTES)
+        return -EMSGSIZE;
+    if (zmq_msg_init_size(ret_frame, size) < 0)
+        return -ENOMEM;
+    ddp__envelope__pack(env, zmq_msg_data(ret_frame));
+    return 0;
+}
+
+int wire_send(void *socket, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env,
+              const wire_frame *payload, size_t n_payload) {
+    if (n_payload > DDP_MAX_PAYLOAD_FRAMES)
+        return -EMSGSIZE;
+    zmq_msg_t frame;
+    TRY(wire_pack(env, &frame));
+
+    /* ZeroMQ sends a multipart message atomically: nothing goes out unless all of it does. */
+    if (identity && zmq_send(socket, identity, identity_size, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&frame);
+        return -errno;
+    }
+    if (zmq_msg_send(&frame, socket, (n_payload ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
+        int r = -errno;
+        zmq_msg_close(&frame);
+        return r;
+    }
+    for (size_t i = 0; i < n_payload; i++)
+        if (zmq_send(socket, payload[i].data, payload[i].size, (i + 1 < n_payload ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+            return -errno;
+    return 0;
+}
+
+static int wire_fail(wire_msg *msg, int err, const char *fmt, const char *detail) {
+    snprintf(msg->error, sizeof(msg->error), fmt, detail);
+    return err;
+}
+
+/* Reads and discards the rest of a multipart message. */
+static void wire_drain(void *socket) {
+    int more = 1;
+    size_t more_size = sizeof(more);
+    while (zmq_getsockopt(socket, ZMQ_RCVMORE, &more, &more_size) == 0 && more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, socket, 0) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        zmq_msg_close(&m);
+    }
+}
+
+static bool wire_has_more(void *socket) {
+    int more = 0;
+    size_t more_size = sizeof(more);
+    return zmq_getsockopt(socket, ZMQ_RCVMORE, &more, &more_size) == 0 && more;
+}
+
+int wire_recv(void *socket, bool router, int flags, wire_msg *msg) {
+    msg->identity_size = 0;
+    msg->env = NULL;
+    msg->n_payload = 0;
+    msg->error[0] = '\0';
+
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, socket, flags) < 0) {
+        int r = -errno;
+        zmq_msg_close(&frame);
+        return r;
+    }
+    if (router) {
+        /* ROUTER prepends the routing id; it is at most 255 bytes by construction. */
+        msg->identity_size = zmq_msg_size(&frame);
+        if (msg->identity_size > WIRE_MAX_IDENTITY)
+            msg->identity_size = WIRE_MAX_IDENTITY;
+        memcpy(msg->identity, zmq_msg_data(&frame), msg->identity_size);
+        zmq_msg_close(&frame);
+        if (!wire_has_more(socket))
+            return wire_fail(msg, -EBADMSG, "%s", "empty message: no envelope frame");
+        zmq_msg_init(&frame);
+        if (zmq_msg_recv(&frame, socket, 0) < 0) {
+            int r = -errno;
+            zmq_msg_close(&frame);
+            return r;
+        }
+    }
+
+    /* Count and size every frame before anything is decoded. */
+    size_t env_size = zmq_msg_size(&frame);
+    if (env_size > DDP_MAX_ENVELOPE_BYTES) {
+        zmq_msg_close(&frame);
+        wire_drain(socket);
+        snprintf(msg->error, sizeof(msg->error), "envelope of %zu bytes exceeds the limit of %u", env_size,
+                 (unsigned)DDP_MAX_ENVELOPE_BYTES);
+        return -EMSGSIZE;
+    }
+    while (wire_has_more(socket)) {
+        if (msg->n_payload == DDP_MAX_PAYLOAD_FRAMES) {
+            zmq_msg_close(&frame);
+            wire_drain(socket);
+            wire_msg_close(msg);
+            snprintf(msg->error, sizeof(msg->error), "more than %d payload frames", DDP_MAX_PAYLOAD_FRAMES);
+            return -EMSGSIZE;
+        }
+        zmq_msg_t *p = &msg->payload[msg->n_payload];
+        zmq_msg_init(p);
+        if (zmq_msg_recv(p, socket, 0) < 0) {
+            int r = -errno;
+            zmq_msg_close(p);
+            zmq_msg_close(&frame);
+            wire_msg_close(msg);
+            return r;
+        }
+        msg->n_payload++;
+    }
+
+    msg->env = ddp__envelope__unpack(NULL, env_size, zmq_msg_data(&frame));
+    zmq_msg_close(&frame);
+    if (!msg->env) {
+        wire_msg_close(msg);
+        return wire_fail(msg, -EBADMSG, "%s", "the envelope is not a valid protobuf message");
+    }
+    return wire_validate(msg->env, msg->n_payload, msg->error, sizeof(msg->error));
+}
+
+void wire_msg_close(wire_msg *msg) {
+    for (size_t i = 0; i < msg->n_payload; i++)
+        zmq_msg_close(&msg->payload[i]);
+    msg->n_payload = 0;
+    if (msg->env)
+        ddp__envelope__free_unpacked(msg->env, NULL);
+    msg->env = NULL;
+}
+
+bool wire_name_valid(const char *s, size_t max) {
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                  c == '_' || c == '-';
+        if (!ok || n >= max)
+            return false;
+    }
+    return n > 0;
+}
+
+/* Printable ASCII of at most max bytes (hosts, endpoints, keys, reasons). */
+static bool wire_text_valid(const char *s, size_t max, bool allow_empty) {
+    size_t n = 0;
+    for (; s[n]; n++)
+        if ((unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e || n >= max)
+            return false;
+    return allow_empty || n > 0;
+}
+
+#define CHECK(cond, ...)                               \
+    do {                                               \
+        if (!(cond)) {                                 \
+            snprintf(err, err_size, __VA_ARGS__);      \
+            return -EPROTO;                            \
+        }                                              \
+    } while (0)
+
+static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_size) {
+    switch (env->body_case) {
+    case DDP__ENVELOPE__BODY_JOIN: {
+        const Ddp__Join *j = env->join;
+        CHECK(j->world_size >= 1 && j->world_size <= DDP_MAX_WORLD_SIZE, "join: world size %u not in [1, %d]",
+              j->world_size, DDP_MAX_WORLD_SIZE);
+        CHECK(j->rank >= -1 && j->rank < (int32_t)j->world_size, "join: rank %d not in [-1, %u)", j->rank,
+              j->world_size);
+        CHECK(!j->mode[0] || wire_name_valid(j->mode, DDP_MAX_MODE), "join: invalid mode");
+        CHECK(wire_text_valid(j->host, DDP_MAX_HOST, false), "join: invalid host");
+        CHECK(wire_text_valid(j->data_endpoint, DDP_MAX_ENDPOINT, true), "join: invalid data endpoint");
+        return 0;
+    }
+    case DDP__ENVELOPE__BODY_WELCOME: {
+        const Ddp__Welcome *w = env->welcome;
+        CHECK(w->world_size >= 1 && w->world_size <= DDP_MAX_WORLD_SIZE, "welcome: world size %u not in [1, %d]",
+              w->world_size, DDP_MAX_WORLD_SIZE);
+        CHECK(w->rank < w->world_size, "welcome: rank %u not below world size %u", w->rank, w->world_size);
+        CHECK(w->n_endpoints == w->world_size, "welcome: %zu endpoints for world size %u", w->n_endpoints,
+              w->world_size);
+        for (size_t i = 0; i < w->n_endpoints; i++)
+            CHECK(wire_text_valid(w->endpoints[i], DDP_MAX_ENDPOINT, true), "welcome: invalid endpoint %zu", i);
+        CHECK(w->heartbeat_ms >= DDP_MIN_HEARTBEAT_MS && w->heartbeat_ms <= DDP_MAX_HEARTBEAT_MS,
+              "welcome: heartbeat %u ms out of range", w->heartbeat_ms);
+        CHECK(w->liveness >= 1 && w->liveness <= DDP_MAX_LIVENESS, "welcome: liveness %u out of range", w->liveness);
+        return 0;
+    }
+    case DDP__ENVELOPE__BODY_REJECT:
+        CHECK(env->reject->code < 0, "reject: code %d is not a negative error", env->reject->code);
+        CHECK(wire_text_valid(env->reject->reason, DDP_MAX_REASON, false), "reject: invalid reason");
+        return 0;
+    case DDP__ENVELOPE__BODY_HEARTBEAT:
+        CHECK(env->heartbeat->interval_ms >= DDP_MIN_HEARTBEAT_MS && env->heartbeat->interval_ms <= DDP_MAX_HEARTBEAT_MS,
+              "heartbeat: interval %u ms out of range", env->heartbeat->interval_ms);
+        CHECK(env->heartbeat->liveness >= 1 && env->heartbeat->liveness <= DDP_MAX_LIVENESS,
+              "heartbeat: liveness %u out of range", env->heartbeat->liveness);
+        return 0;
+    case DDP__ENVELOPE__BODY_BARRIER:
+        return 0;
+    case DDP__ENVELOPE__BODY_STORE_SET:
+        CHECK(wire_text_valid(env->store_set->key, DDP_MAX_STORE_KEY, false), "store-set: invalid key");
+        CHECK(env->store_set->value.len <= DDP_MAX_STORE_VALUE, "store-set: value of %zu bytes exceeds %u",
+              env->store_set->value.len, (unsigned)DDP_MAX_STORE_VALUE);
+        return 0;
+    case DDP__ENVELOPE__BODY_STORE_GET:
+        CHECK(wire_text_valid(env->store_get->key, DDP_MAX_STORE_KEY, false), "store-get: invalid key");
+        return 0;
+    case DDP__ENVELOPE__BODY_STORE_WAIT: {
+        const Ddp__StoreWait *w = env->store_wait;
+        CHECK(w->n_keys >= 1 && w->n_keys <= DDP_MAX_STORE_WAIT_KEYS, "store-wait: %zu keys not in [1, %d]", w->n_keys,
+              DDP_MAX_STORE_WAIT_KEYS);
+        for (size_t i = 0; i < w->n_keys; i++)
+            CHECK(wire_text_valid(w->keys[i], DDP_MAX_STORE_KEY, false), "store-wait: invalid key %zu", i);
+        CHECK(w->timeout_ms <= DDP_MAX_TIMEOUT_MS, "store-wait: timeout %u ms too long", w->timeout_ms);
+        return 0;
+    }
+    case DDP__ENVELOPE__BODY_STORE_VALUE:
+        CHECK(wire_text_valid(env->store_value->key, DDP_MAX_STORE_KEY, false), "store-value: invalid key");
+        CHECK(env->store_value->value.len <= DDP_MAX_STORE_VALUE, "store-value: value too large");
+        return 0;
+    case DDP__ENVELOPE__BODY_ABORT:
+        CHECK(env->abort->rank >= -1 && env->abort->rank < DDP_MAX_WORLD_SIZE, "abort: rank %d out of range",
+              env->abort->rank);
+        CHECK(wire_text_valid(env->abort->host, DDP_MAX_HOST, true), "abort: invalid host");
+        CHECK(wire_text_valid(env->abort->reason, DDP_MAX_REASON, false), "abort: invalid reason");
+        CHECK(env->abort->code < 0, "abort: code %d is not a negative error", env->abort->code);
+        return 0;
+    case DDP__ENVELOPE__BODY_LEAVE:
+    case DDP__ENVELOPE__BODY_STATUS_REQUEST:
+        return 0;
+    case DDP__ENVELOPE__BODY_STATUS_REPLY: {
+        const Ddp__StatusReply *s = env->status_reply;
+        CHECK(s->n_jobs <= DDP_MAX_JOBS, "status: %zu jobs exceed %d", s->n_jobs, DDP_MAX_JOBS);
+        for (size_t i = 0; i < s->n_jobs; i++) {
+            const Ddp__JobStatus *j = s->jobs[i];
+            CHECK(wire_name_valid(j->name, DDP_MAX_JOB_NAME), "status: invalid job name");
+            CHECK(j->n_members <= DDP_MAX_WORLD_SIZE, "status: too many members");
+            for (size_t k = 0; k < j->n_members; k++)
+                CHECK(wire_text_valid(j->members[k]->host, DDP_MAX_HOST, true) &&
+                          wire_text_valid(j->members[k]->endpoint, DDP_MAX_ENDPOINT, true),
+                      "status: invalid member");
+        }
+        return 0;
+    }
+    case DDP__ENVELOPE__BODY_ERROR:
+        CHECK(env->error->code < 0, "error: code %d is not a negative error", env->error->code);
+        CHECK(wire_text_valid(env->error->message, DDP_MAX_REASON, false), "error: invalid message");
+        return 0;
+    default:
+        CHECK(false, "no body");
+    }
+}
+
+int wire_validate(const Ddp__Envelope *env, size_t n_payload, char *err, size_t err_size) {
+    if (env->version != DDP_PROTOCOL_VERSION) {
+        snprintf(err, err_size, "protocol version %u, this side speaks %u", env->version, DDP_PROTOCOL_VERSION);
+        return -EPROTONOSUPPORT;
+    }
+    CHECK(env->type > 0 && (size_t)env->type < WIRE_N_TYPES, "unknown message type %d", (int)env->type);
+    CHECK(env->body_case == wire_types[env->type].body, "%s message carries the wrong body",
+          wire_types[env->type].name);
+    if (wire_types[env->type].needs_job || env->job[0])
+        CHECK(wire_name_valid(env->job, DDP_MAX_JOB_NAME), "%s: invalid job name (1-%d of [A-Za-z0-9._-])",
+              wire_types[env->type].name, DDP_MAX_JOB_NAME);
+    CHECK(env->rank >= -1 && env->rank < DDP_MAX_WORLD_SIZE, "rank %d out of range", env->rank);
+    CHECK(n_payload == 0, "%s message with %zu unexpected payload frames", wire_types[env->type].name, n_payload);
+    return wire_validate_body(env, err, err_size);
+}

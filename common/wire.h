@@ -1,0 +1,62 @@
+/* Framing of control messages: [envelope][payload frames...] over ZeroMQ.
+ *
+ * The envelope is a protobuf-c Ddp__Envelope (proto/ddp.proto). wire_recv() checks the
+ * frame count and sizes before anything is unpacked, then validates every field a peer
+ * controls against common/limits.h, so that code past it may trust the message. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#include "common/limits.h"
+#include "proto/ddp.pb-c.h"
+
+#define WIRE_MAX_IDENTITY 255 /* ZeroMQ routing ids are at most 255 bytes */
+
+typedef struct {
+    const void *data;
+    size_t size;
+} wire_frame;
+
+typedef struct {
+    uint8_t identity[WIRE_MAX_IDENTITY]; /* the sender, on a ROUTER socket */
+    size_t identity_size;
+    Ddp__Envelope *env;                  /* NULL when the envelope could not be decoded */
+    zmq_msg_t payload[DDP_MAX_PAYLOAD_FRAMES];
+    size_t n_payload;
+    char error[160];                     /* what was wrong, when wire_recv failed */
+} wire_msg;
+
+/* Sets ZMQ_LINGER to 0 and ZMQ_MAXMSGSIZE to max_msg_bytes. */
+int wire_socket_setup(void *socket, int64_t max_msg_bytes);
+
+/* Fills the header of env: version, type and the matching body case, job, rank, generation
+ * and seq. The caller points the body member (env->join, ...) at its message. */
+void wire_envelope_init(Ddp__Envelope *env, Ddp__MsgType type, const char *job, int32_t rank,
+                        uint64_t generation, uint64_t seq);
+
+/* Packs env into a new ZeroMQ frame. -EMSGSIZE beyond DDP_MAX_ENVELOPE_BYTES. */
+int wire_pack(const Ddp__Envelope *env, zmq_msg_t *ret_frame);
+
+/* Sends [identity][envelope][payload...]; identity is NULL on a DEALER. Never blocks:
+ * -EAGAIN when the peer's queue is full, -EHOSTUNREACH for an unknown ROUTER peer. */
+int wire_send(void *socket, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env,
+              const wire_frame *payload, size_t n_payload);
+
+/* Receives one message. With router, the first frame is the sender's identity.
+ * Returns 0, -EAGAIN (nothing to read with ZMQ_DONTWAIT), or a negative error with
+ * msg->error saying what was wrong: -EMSGSIZE (too many or too large frames), -EBADMSG
+ * (undecodable), -EPROTONOSUPPORT (other version) or -EPROTO (invalid field); after the
+ * last two msg->env is still set so the caller can answer. Always wire_msg_close() it. */
+int wire_recv(void *socket, bool router, int flags, wire_msg *msg);
+void wire_msg_close(wire_msg *msg);
+
+/* Validates a decoded envelope carrying n_payload payload frames. Fills err on failure. */
+int wire_validate(const Ddp__Envelope *env, size_t n_payload, char *err, size_t err_size);
+
+/* The message type's name, "join", ... or "unknown". */
+const char *wire_type_name(int type);
+
+/* A job or mode name: 1..max bytes of [A-Za-z0-9._-]. */
+bool wire_name_valid(const char *s, size_t max);

@@ -1,0 +1,193 @@
+/* ddpctl: asks a running ddpd what it is doing. */
+#include <cJSON.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/wire.h"
+
+typedef struct {
+    char *coordinator;
+    int timeout_ms;
+    bool json;
+    bool help;
+    bool version;
+} ddpctl_options;
+
+static const config_option ddpctl_options_table[] = {
+    {"coordinator", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, "tcp://127.0.0.1:29500",
+     offsetof(ddpctl_options, coordinator), "ddpd's control endpoint", "EP"},
+    {"timeout-ms", CONFIG_INT, 1, DDP_MAX_TIMEOUT_MS, "5000", offsetof(ddpctl_options, timeout_ms),
+     "how long to wait for ddpd's answer", "MS"},
+    {"json", CONFIG_BOOL, 0, 1, NULL, offsetof(ddpctl_options, json), "print JSON instead of a table"},
+    {"version", CONFIG_BOOL, 0, 1, NULL, offsetof(ddpctl_options, version), "print the version and exit", NULL, NULL,
+     NULL, 'V'},
+    {"help", CONFIG_BOOL, 0, 1, NULL, offsetof(ddpctl_options, help), "print this help and exit", NULL, NULL, NULL,
+     'h'},
+};
+
+static const config_spec ddpctl_spec = {
+    .program = "ddpctl",
+    .usage = "[OPTIONS] status",
+    .summary = "Shows the jobs and members of a running ddpd.\n\nCommands:\n  status    jobs, members, ranks, "
+               "pids, hosts and when each was last heard",
+    .env_prefix = "DDPCTL_",
+    .options = ddpctl_options_table,
+    .n_options = sizeof(ddpctl_options_table) / sizeof(ddpctl_options_table[0]),
+};
+
+static void format_duration(uint64_t ms, char *buf, size_t size) {
+    if (ms < 1000)
+        snprintf(buf, size, "%llu ms", (unsigned long long)ms);
+    else if (ms < 60000)
+        snprintf(buf, size, "%.1f s", (double)ms / 1000.0);
+    else if (ms < 3600000)
+        snprintf(buf, size, "%llum%02llus", (unsigned long long)(ms / 60000), (unsigned long long)(ms / 1000 % 60));
+    else
+        snprintf(buf, size, "%lluh%02llum", (unsigned long long)(ms / 3600000),
+                 (unsigned long long)(ms / 60000 % 60));
+}
+
+static void print_table(const char *endpoint, const Ddp__StatusReply *st) {
+    char up[32], age[32], heard[32];
+    format_duration(st->uptime_ms, up, sizeof(up));
+    printf("ddpd %s at %s, up %s, %zu job%s\n", st->version, endpoint, up, st->n_jobs, st->n_jobs == 1 ? "" : "s");
+    for (size_t i = 0; i < st->n_jobs; i++) {
+        const Ddp__JobStatus *j = st->jobs[i];
+        format_duration(j->age_ms, age, sizeof(age));
+        printf("\njob '%s': %s, %zu/%u members, mode %s, generation %llu, age %s\n", j->name, j->state, j->n_members,
+               j->world_size, j->mode[0] ? j->mode : "-", (unsigned long long)j->generation, age);
+        printf("  %-6s %-8s %-24s %-12s %s\n", "RANK", "PID", "HOST", "LAST HEARD", "ENDPOINT");
+        for (size_t k = 0; k < j->n_members; k++) {
+            const Ddp__MemberStatus *m = j->members[k];
+            char rank[16];
+            snprintf(rank, sizeof(rank), m->rank < 0 ? "-" : "%d", m->rank);
+            format_duration(m->last_heard_ms, heard, sizeof(heard));
+            printf("  %-6s %-8u %-24s %-12s %s\n", rank, m->pid, m->host, heard, m->endpoint[0] ? m->endpoint : "-");
+        }
+    }
+}
+
+static int print_json(const char *endpoint, const Ddp__StatusReply *st) {
+    cJSON *root = cJSON_CreateObject(), *jobs = cJSON_AddArrayToObject(root, "jobs");
+    cJSON_AddStringToObject(root, "version", st->version);
+    cJSON_AddStringToObject(root, "endpoint", endpoint);
+    cJSON_AddNumberToObject(root, "uptime_ms", (double)st->uptime_ms);
+    for (size_t i = 0; i < st->n_jobs; i++) {
+        const Ddp__JobStatus *j = st->jobs[i];
+        cJSON *job = cJSON_CreateObject(), *members = NULL;
+        cJSON_AddStringToObject(job, "name", j->name);
+        cJSON_AddStringToObject(job, "state", j->state);
+        cJSON_AddStringToObject(job, "mode", j->mode);
+        cJSON_AddNumberToObject(job, "world_size", j->world_size);
+        cJSON_AddNumberToObject(job, "generation", (double)j->generation);
+        cJSON_AddNumberToObject(job, "age_ms", (double)j->age_ms);
+        members = cJSON_AddArrayToObject(job, "members");
+        for (size_t k = 0; k < j->n_members; k++) {
+            const Ddp__MemberStatus *m = j->members[k];
+            cJSON *member = cJSON_CreateObject();
+            cJSON_AddNumberToObject(member, "rank", m->rank);
+            cJSON_AddNumberToObject(member, "pid", m->pid);
+            cJSON_AddStringToObject(member, "host", m->host);
+            cJSON_AddNumberToObject(member, "last_heard_ms", (double)m->last_heard_ms);
+            cJSON_AddStringToObject(member, "endpoint", m->endpoint);
+            cJSON_AddItemToArray(members, member);
+        }
+        cJSON_AddItemToArray(jobs, job);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        return -ENOMEM;
+    puts(text);
+    free(text);
+    return 0;
+}
+
+/* One request, one reply, within timeout_ms. */
+static int ddpctl_status(const ddpctl_options *o) {
+    int r = 0;
+    void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+    wire_msg msg = {0};
+    if (!sock || wire_socket_setup(sock, DDP_MAX_CONTROL_MSG_BYTES) < 0 || zmq_connect(sock, o->coordinator) < 0) {
+        fprintf(stderr, "ddpctl: cannot connect to '%s': %s\n", o->coordinator, zmq_strerror(zmq_errno()));
+        r = -EINVAL;
+        goto out;
+    }
+    Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REQUEST, "", -1, 0, 1);
+    env.status_request = &body;
+    if ((r = wire_send(sock, NULL, 0, &env, NULL, 0)) < 0) {
+        fprintf(stderr, "ddpctl: cannot send to '%s': %s\n", o->coordinator, error_string(r));
+        goto out;
+    }
+    uint64_t deadline = clock_now_ms() + (uint64_t)o->timeout_ms;
+    for (;;) {
+        zmq_pollitem_t item = {.socket = sock, .events = ZMQ_POLLIN};
+        int n = zmq_poll(&item, 1, clock_ms_until(deadline));
+        if (n == 0) {
+            fprintf(stderr, "ddpctl: no answer from ddpd at '%s' within %d ms (is it running?)\n", o->coordinator,
+                    o->timeout_ms);
+            r = -ETIMEDOUT;
+            goto out;
+        }
+        if (n < 0)
+            continue; /* EINTR */
+        r = wire_recv(sock, false, 0, &msg);
+        if (r < 0) {
+            fprintf(stderr, "ddpctl: bad answer from '%s': %s\n", o->coordinator, msg.error);
+            goto out;
+        }
+        if (msg.env->type == DDP__MSG_TYPE__STATUS_REPLY)
+            break;
+        if (msg.env->type == DDP__MSG_TYPE__ERROR) {
+            fprintf(stderr, "ddpctl: ddpd answered: %s\n", msg.env->error->message);
+            r = msg.env->error->code;
+            goto out;
+        }
+        wire_msg_close(&msg);
+    }
+    r = o->json ? print_json(o->coordinator, msg.env->status_reply) : (print_table(o->coordinator, msg.env->status_reply), 0);
+out:
+    wire_msg_close(&msg);
+    if (sock)
+        zmq_close(sock);
+    zmq_ctx_term(ctx);
+    return r;
+}
+
+int main(int argc, char **argv) {
+    ddpctl_options o = {0};
+    char err[512];
+    int first = 0;
+    int r = config_load(&ddpctl_spec, &o, argc, argv, &first, err, sizeof(err));
+    if (r < 0) {
+        fprintf(stderr, "ddpctl: %s\n", err);
+        config_free(&ddpctl_spec, &o);
+        return 2;
+    }
+    if (o.help || o.version) {
+        if (o.version)
+            printf("ddpctl %s (protocol %u)\n", DDP_VERSION, DDP_PROTOCOL_VERSION);
+        else
+            config_print_help(&ddpctl_spec, stdout);
+        config_free(&ddpctl_spec, &o);
+        return 0;
+    }
+    const char *command = first < argc ? argv[first] : "status";
+    if (strcmp(command, "status") != 0 || first + 1 < argc) {
+        fprintf(stderr, "ddpctl: unknown command '%s' (see --help)\n", first + 1 < argc && !strcmp(command, "status") ? argv[first + 1] : command);
+        config_free(&ddpctl_spec, &o);
+        return 2;
+    }
+    r = ddpctl_status(&o);
+    config_free(&ddpctl_spec, &o);
+    return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,119 @@
+/* ddpd: the coordinator. One zmq_poll loop over the control socket plus a periodic tick;
+ * signal handlers only set flags. */
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "server/server.h"
+
+static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+
+static const config_option ddpd_options[] = {
+    {"listen", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, "tcp://127.0.0.1:29500", offsetof(server_options, listen),
+     "control endpoint to bind (loopback unless told otherwise)", "EP"},
+    {"config", CONFIG_STRING, 1, 4096, NULL, offsetof(server_options, config), "read options from an INI file",
+     "FILE"},
+    {"heartbeat-ms", CONFIG_INT, DDP_MIN_HEARTBEAT_MS, DDP_MAX_HEARTBEAT_MS, "500",
+     offsetof(server_options, heartbeat_ms), "heartbeat interval, both ways", "MS"},
+    {"liveness", CONFIG_INT, 1, DDP_MAX_LIVENESS, "3", offsetof(server_options, liveness),
+     "missed heartbeats before a member is declared dead", "N"},
+    {"join-timeout", CONFIG_INT, 1, 86400, "300", offsetof(server_options, join_timeout),
+     "seconds a job may take to form before its members are rejected", "S"},
+    {"log-level", CONFIG_STRING, 1, 8, "info", offsetof(server_options, log_level), "error, warn, info or debug",
+     "LEVEL", log_levels},
+    {"version", CONFIG_BOOL, 0, 1, NULL, offsetof(server_options, version), "print the version and exit", NULL, NULL,
+     NULL, 'V'},
+    {"help", CONFIG_BOOL, 0, 1, NULL, offsetof(server_options, help), "print this help and exit", NULL, NULL, NULL,
+     'h'},
+};
+
+static const config_spec ddpd_spec = {
+    .program = "ddpd",
+    .usage = "[OPTIONS]",
+    .summary = "The ddpd coordinator: rendezvous, ranks, liveness, barrier and store for training jobs.",
+    .env_prefix = "DDPD_",
+    .options = ddpd_options,
+    .n_options = sizeof(ddpd_options) / sizeof(ddpd_options[0]),
+};
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+    if (stop_signal == SIGINT && sig == SIGINT)
+        _exit(130); /* a second Ctrl-C: leave at once */
+    stop_signal = sig;
+}
+
+int main(int argc, char **argv) {
+    server_options opts = {0};
+    char err[512];
+    int optind_ = 0;
+    int r = config_load(&ddpd_spec, &opts, argc, argv, &optind_, err, sizeof(err));
+    if (r < 0) {
+        fprintf(stderr, "ddpd: %s\n", err);
+        config_free(&ddpd_spec, &opts);
+        return 2;
+    }
+    if (opts.help || opts.version || optind_ < argc) {
+        if (opts.version)
+            printf("ddpd %s (protocol %u)\n", DDP_VERSION, DDP_PROTOCOL_VERSION);
+        else if (opts.help)
+            config_print_help(&ddpd_spec, stdout);
+        else
+            fprintf(stderr, "ddpd: unexpected argument '%s' (see --help)\n", argv[optind_]);
+        config_free(&ddpd_spec, &opts);
+        return optind_ < argc && !opts.help && !opts.version ? 2 : 0;
+    }
+    log_level level = LOG_LEVEL_INFO;
+    log_level_from_string(opts.log_level, &level);
+    log_set_level(level);
+    log_set_prefix("ddpd");
+
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    server s = {0};
+    if ((r = server_open(&s, &opts)) < 0) {
+        server_close(&s);
+        config_free(&ddpd_spec, &opts);
+        return 1;
+    }
+    log_info("ddpd %s listening on %s (heartbeat %d ms, liveness %d, join timeout %d s)", DDP_VERSION, s.endpoint,
+             opts.heartbeat_ms, opts.liveness, opts.join_timeout);
+
+    uint64_t next_tick = clock_now_ms();
+    while (!stop_signal) {
+        zmq_pollitem_t item = {.socket = s.router, .events = ZMQ_POLLIN};
+        int rc = zmq_poll(&item, 1, clock_ms_until(next_tick));
+        if (rc < 0 && zmq_errno() != EINTR) {
+            log_error("zmq_poll failed: %s", zmq_strerror(zmq_errno()));
+            break;
+        }
+        if (rc > 0)
+            server_dispatch(&s);
+        if (clock_now_ms() >= next_tick) {
+            server_tick(&s);
+            next_tick = clock_now_ms() + (uint64_t)server_tick_ms(&s);
+        }
+    }
+
+    const char *why = stop_signal == SIGTERM ? "ddpd is shutting down (SIGTERM)"
+                      : stop_signal == SIGINT ? "ddpd is shutting down (SIGINT)"
+                                              : "ddpd is shutting down";
+    log_info("%s", why);
+    server_shutdown(&s, why);
+    server_close(&s);
+    config_free(&ddpd_spec, &opts);
+    return stop_signal ? 0 : 1;
+}

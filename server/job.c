@@ -1,0 +1,179 @@
+#include "server/job.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+
+job *job_new(const char *name, const char *mode, uint32_t world_size, uint64_t now_ms) {
+    job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    snprintf(j->name, sizeof(j->name), "%s", name);
+    snprintf(j->mode, sizeof(j->mode), "%s", mode);
+    j->state = JOB_FORMING;
+    j->world_size = world_size;
+    j->created_ms = now_ms;
+    j->progress_logged_ms = now_ms;
+    return j;
+}
+
+void job_free(job *j) {
+    if (!j)
+        return;
+    while (j->n_waiters)
+        job_remove_waiter(j, j->n_waiters - 1);
+    free(j->waiters);
+    store_clear(&j->store);
+    free(j->members);
+    free(j);
+}
+
+int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t rank, char *reason,
+                   size_t reason_size) {
+    if (j->state != JOB_FORMING) {
+        snprintf(reason, reason_size, "job '%s' is already running (generation %llu, world size %u)", j->name,
+                 (unsigned long long)j->generation, j->world_size);
+        return -EBUSY;
+    }
+    if (world_size != j->world_size) {
+        snprintf(reason, reason_size, "world size %u differs from job '%s''s world size %u", world_size, j->name,
+                 j->world_size);
+        return -EINVAL;
+    }
+    if (strcmp(mode, j->mode) != 0) {
+        snprintf(reason, reason_size, "mode '%s' differs from job '%s''s mode '%s'", mode, j->name, j->mode);
+        return -EINVAL;
+    }
+    if (rank >= 0)
+        for (size_t i = 0; i < j->n_members; i++)
+            if (j->members[i].requested_rank == rank) {
+                snprintf(reason, reason_size, "rank %d of job '%s' is already taken by pid %u on %s", rank, j->name,
+                         j->members[i].pid, j->members[i].host);
+                return -EEXIST;
+            }
+    return 0;
+}
+
+int job_add_member(job *j, const job_member *m) {
+    if (j->n_members >= j->world_size)
+        return -ENOSPC;
+    if (j->n_members == j->capacity) {
+        /* Grow as members arrive: a join that names a huge world costs nothing up front. */
+        size_t cap = j->capacity ? 2 * j->capacity : 4;
+        if (cap > j->world_size)
+            cap = j->world_size;
+        job_member *grown = realloc(j->members, cap * sizeof(*grown));
+        if (!grown)
+            return -ENOMEM;
+        j->members = grown;
+        j->capacity = cap;
+    }
+    j->members[j->n_members++] = *m;
+    return 0;
+}
+
+void job_remove_member(job *j, size_t index) {
+    memmove(&j->members[index], &j->members[index + 1], (j->n_members - index - 1) * sizeof(job_member));
+    j->n_members--;
+}
+
+ssize_t job_find_member(const job *j, const uint8_t *identity, size_t identity_size) {
+    for (size_t i = 0; i < j->n_members; i++)
+        if (j->members[i].identity_size == identity_size &&
+            memcmp(j->members[i].identity, identity, identity_size) == 0)
+            return (ssize_t)i;
+    return -1;
+}
+
+bool job_complete(const job *j) {
+    return j->n_members == j->world_size;
+}
+
+/* Marks taken[] with requested ranks, then gives the others the lowest free ranks in join
+ * order; fills rank_of[i] for members[i]. */
+static void job_plan_ranks(const job *j, bool *taken, int32_t *rank_of) {
+    for (size_t i = 0; i < j->n_members; i++)
+        if (j->members[i].requested_rank >= 0)
+            taken[j->members[i].requested_rank] = true;
+    uint32_t next = 0;
+    for (size_t i = 0; i < j->n_members; i++) {
+        if (j->members[i].requested_rank >= 0) {
+            rank_of[i] = j->members[i].requested_rank;
+            continue;
+        }
+        while (next < j->world_size && taken[next])
+            next++;
+        rank_of[i] = (int32_t)next;
+        if (next < j->world_size)
+            taken[next] = true;
+    }
+}
+
+static int job_member_rank_cmp(const void *a, const void *b) {
+    const job_member *x = a, *y = b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+void job_form(job *j, uint64_t generation) {
+    bool taken[DDP_MAX_WORLD_SIZE] = {false};
+    int32_t rank_of[DDP_MAX_WORLD_SIZE];
+    job_plan_ranks(j, taken, rank_of);
+    for (size_t i = 0; i < j->n_members; i++)
+        j->members[i].rank = rank_of[i];
+    qsort(j->members, j->n_members, sizeof(job_member), job_member_rank_cmp);
+    j->state = JOB_RUNNING;
+    j->generation = generation;
+}
+
+void job_missing_ranks(const job *j, char *buf, size_t size) {
+    bool taken[DDP_MAX_WORLD_SIZE] = {false};
+    int32_t rank_of[DDP_MAX_WORLD_SIZE];
+    job_plan_ranks(j, taken, rank_of);
+    int n = snprintf(buf, size, "{");
+    bool first = true;
+    for (uint32_t r = 0; r < j->world_size && n > 0 && (size_t)n < size; r++) {
+        if (taken[r])
+            continue;
+        if ((size_t)n + 16 >= size) {
+            n += snprintf(buf + n, size - (size_t)n, ", ...");
+            break;
+        }
+        n += snprintf(buf + n, size - (size_t)n, first ? "%u" : ", %u", r);
+        first = false;
+    }
+    if (n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, "}");
+}
+
+size_t job_active_members(const job *j) {
+    size_t n = 0;
+    for (size_t i = 0; i < j->n_members; i++)
+        n += !j->members[i].left;
+    return n;
+}
+
+int job_add_waiter(job *j, const job_waiter *w) {
+    if (j->n_waiters >= DDP_MAX_STORE_WAITERS)
+        return -ENOSPC;
+    if (j->n_waiters == j->waiters_capacity) {
+        size_t cap = j->waiters_capacity ? 2 * j->waiters_capacity : 8;
+        job_waiter *grown = realloc(j->waiters, cap * sizeof(*grown));
+        if (!grown)
+            return -ENOMEM;
+        j->waiters = grown;
+        j->waiters_capacity = cap;
+    }
+    j->waiters[j->n_waiters++] = *w;
+    return 0;
+}
+
+void job_remove_waiter(job *j, size_t index) {
+    job_waiter *w = &j->waiters[index];
+    for (size_t k = 0; k < w->n_keys; k++)
+        free(w->keys[k]);
+    free(w->keys);
+    memmove(w, w + 1, (j->n_waiters - index - 1) * sizeof(job_waiter));
+    j->n_waiters--;
+}

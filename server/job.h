@@ -1,0 +1,84 @@
+/* A job: the members that joined under one name, its ranks, barrier and store.
+ *
+ * A job is forming until world_size members have joined; then ranks are assigned
+ * (requested ranks honoured, the rest in join order) and it runs until every member has
+ * left or one dies. This file is the bookkeeping only; server.c does the talking. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/limits.h"
+#include "common/wire.h"
+#include "server/store.h"
+
+typedef enum { JOB_FORMING, JOB_RUNNING } job_state;
+
+typedef struct {
+    uint8_t identity[WIRE_MAX_IDENTITY]; /* the ROUTER routing id of its connection */
+    size_t identity_size;
+    int32_t requested_rank; /* -1: any */
+    int32_t rank;           /* assigned when the job forms; requested_rank until then */
+    uint32_t pid;
+    char host[DDP_MAX_HOST + 1];
+    char endpoint[DDP_MAX_ENDPOINT + 1];
+    uint64_t join_seq;      /* echoed in the Welcome */
+    uint64_t last_heard_ms;
+    bool left;
+    bool at_barrier;
+    uint64_t barrier_seq;   /* echoed when the barrier completes */
+} job_member;
+
+/* A member blocked in a store wait. */
+typedef struct {
+    uint8_t identity[WIRE_MAX_IDENTITY];
+    size_t identity_size;
+    int32_t rank;
+    uint64_t seq;
+    char **keys;
+    size_t n_keys;
+    uint64_t deadline_ms;
+    uint32_t timeout_ms;
+} job_waiter;
+
+typedef struct {
+    char name[DDP_MAX_JOB_NAME + 1];
+    char mode[DDP_MAX_MODE + 1];
+    job_state state;
+    uint32_t world_size;
+    uint64_t generation;    /* set when it forms */
+    uint64_t created_ms;
+    uint64_t progress_logged_ms;
+    job_member *members;    /* join order while forming, rank order once running */
+    size_t n_members, capacity;
+    uint64_t barrier_round;
+    uint32_t barrier_arrived;
+    store store;
+    job_waiter *waiters;
+    size_t n_waiters, waiters_capacity;
+} job;
+
+job *job_new(const char *name, const char *mode, uint32_t world_size, uint64_t now_ms);
+void job_free(job *j);
+
+/* Checks that a join fits this forming job: same world size and mode, rank free.
+ * Returns 0 or a negative error with reason filled. */
+int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t rank, char *reason,
+                   size_t reason_size);
+int job_add_member(job *j, const job_member *m);
+void job_remove_member(job *j, size_t index);
+/* The member index for a connection, or -1. */
+ssize_t job_find_member(const job *j, const uint8_t *identity, size_t identity_size);
+
+bool job_complete(const job *j);
+/* Assigns ranks (requested ones kept, the rest the lowest free ranks in join order),
+ * orders members by rank and marks the job running. */
+void job_form(job *j, uint64_t generation);
+/* The ranks still missing while forming, as "{2, 3}". */
+void job_missing_ranks(const job *j, char *buf, size_t size);
+/* Members that have not left. */
+size_t job_active_members(const job *j);
+
+int job_add_waiter(job *j, const job_waiter *w);
+void job_remove_waiter(job *j, size_t index);

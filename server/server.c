@@ -1,0 +1,651 @@
+#include "server/server.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+
+#define SERVER_DISPATCH_BATCH 1024 /* messages per dispatch, so the tick is never starved */
+
+/* ---- sending ---------------------------------------------------------------------- */
+
+static void server_send(server *s, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env) {
+    int r = wire_send(s->router, identity, identity_size, env, NULL, 0);
+    if (r < 0)
+        log_debug("could not send %s: %s", wire_type_name(env->type), error_string(r));
+}
+
+static void server_send_error(server *s, const wire_msg *msg, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void server_send_error(server *s, const wire_msg *msg, int code, const char *fmt, ...) {
+    char text[DDP_MAX_REASON];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    Ddp__Error body = DDP__ERROR__INIT;
+    body.code = code;
+    body.message = text;
+    Ddp__Envelope env;
+    const char *job_name = msg->env && wire_name_valid(msg->env->job, DDP_MAX_JOB_NAME) ? msg->env->job : "";
+    wire_envelope_init(&env, DDP__MSG_TYPE__ERROR, job_name, -1, 0, msg->env ? msg->env->seq : 0);
+    env.error = &body;
+    server_send(s, msg->identity, msg->identity_size, &env);
+}
+
+static void server_send_reject(server *s, const uint8_t *identity, size_t identity_size, const char *job_name,
+                               uint64_t seq, int code, const char *reason) {
+    Ddp__Reject body = DDP__REJECT__INIT;
+    body.code = code;
+    body.reason = (char *)reason;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__REJECT, job_name, -1, 0, seq);
+    env.reject = &body;
+    server_send(s, identity, identity_size, &env);
+}
+
+static void server_send_heartbeat(server *s, const job *j, const job_member *m) {
+    Ddp__Heartbeat body = DDP__HEARTBEAT__INIT;
+    body.interval_ms = (uint32_t)s->opts.heartbeat_ms;
+    body.liveness = (uint32_t)s->opts.liveness;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__HEARTBEAT, j->name, -1, j->generation, 0);
+    env.heartbeat = &body;
+    server_send(s, m->identity, m->identity_size, &env);
+}
+
+/* ---- jobs ------------------------------------------------------------------------- */
+
+static job *server_find_job(server *s, const char *name, size_t *ret_index) {
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (strcmp(s->jobs[i]->name, name) == 0) {
+            if (ret_index)
+                *ret_index = i;
+            return s->jobs[i];
+        }
+    return NULL;
+}
+
+static void server_remove_job(server *s, job *j) {
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (s->jobs[i] == j) {
+            memmove(&s->jobs[i], &s->jobs[i + 1], (s->n_jobs - i - 1) * sizeof(job *));
+            s->n_jobs--;
+            break;
+        }
+    job_free(j);
+}
+
+/* Ends a running job: every member still in it hears why. culprit < 0: ddpd's own reason. */
+static void server_abort_job(server *s, job *j, ssize_t culprit, int code, const char *reason) {
+    Ddp__Abort body = DDP__ABORT__INIT;
+    body.code = code;
+    body.rank = -1;
+    body.host = (char *)"";
+    body.reason = (char *)reason;
+    if (culprit >= 0) {
+        body.rank = j->members[culprit].rank;
+        body.pid = j->members[culprit].pid;
+        body.host = j->members[culprit].host;
+    }
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__ABORT, j->name, -1, j->generation, 0);
+    env.abort = &body;
+    for (size_t i = 0; i < j->n_members; i++)
+        if ((ssize_t)i != culprit && !j->members[i].left)
+            server_send(s, j->members[i].identity, j->members[i].identity_size, &env);
+    log_warn("job '%s' (generation %llu) aborted: %s", j->name, (unsigned long long)j->generation, reason);
+    server_remove_job(s, j);
+}
+
+static void server_form_job(server *s, job *j) {
+    job_form(j, ++s->last_generation);
+    char *endpoints[DDP_MAX_WORLD_SIZE];
+    for (size_t i = 0; i < j->n_members; i++)
+        endpoints[i] = j->members[i].endpoint;
+    Ddp__Welcome body = DDP__WELCOME__INIT;
+    body.world_size = j->world_size;
+    body.generation = j->generation;
+    body.n_endpoints = j->n_members;
+    body.endpoints = endpoints;
+    body.heartbeat_ms = (uint32_t)s->opts.heartbeat_ms;
+    body.liveness = (uint32_t)s->opts.liveness;
+    for (size_t i = 0; i < j->n_members; i++) {
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__WELCOME, j->name, -1, j->generation, j->members[i].join_seq);
+        body.rank = (uint32_t)j->members[i].rank;
+        env.welcome = &body;
+        server_send(s, j->members[i].identity, j->members[i].identity_size, &env);
+    }
+    log_info("job '%s' formed: world size %u, generation %llu%s%s", j->name, j->world_size,
+             (unsigned long long)j->generation, j->mode[0] ? ", mode " : "", j->mode);
+}
+
+/* The job and member a request comes from; answers with an error when there is none. */
+static int server_member_of(server *s, const wire_msg *msg, job **ret_job, job_member **ret_member) {
+    const Ddp__Envelope *env = msg->env;
+    job *j = server_find_job(s, env->job, NULL);
+    ssize_t idx = j ? job_find_member(j, msg->identity, msg->identity_size) : -1;
+    if (idx < 0) {
+        server_send_error(s, msg, -ENOENT, "%s: not a member of a job '%s' (it ended, or this process never joined)",
+                          wire_type_name(env->type), env->job);
+        return -ENOENT;
+    }
+    if (j->state != JOB_RUNNING && env->type != DDP__MSG_TYPE__LEAVE) {
+        server_send_error(s, msg, -EPROTO, "%s: job '%s' is still forming", wire_type_name(env->type), env->job);
+        return -EPROTO;
+    }
+    if (j->state == JOB_RUNNING && env->generation != j->generation) {
+        server_send_error(s, msg, -ESTALE, "%s: generation %llu, job '%s' is at generation %llu",
+                          wire_type_name(env->type), (unsigned long long)env->generation, env->job,
+                          (unsigned long long)j->generation);
+        return -ESTALE;
+    }
+    *ret_job = j;
+    *ret_member = &j->members[idx];
+    return 0;
+}
+
+static bool server_is_member(server *s, const uint8_t *identity, size_t identity_size, job **ret_job,
+                             job_member **ret_member) {
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        ssize_t idx = job_find_member(s->jobs[i], identity, identity_size);
+        if (idx >= 0) {
+            *ret_job = s->jobs[i];
+            *ret_member = &s->jobs[i]->members[idx];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- requests --------------------------------------------------------------------- */
+
+static void server_on_join(server *s, const wire_msg *msg) {
+    const Ddp__Envelope *env = msg->env;
+    const Ddp__Join *jn = env->join;
+    char reason[DDP_MAX_REASON];
+    job *other;
+    job_member *other_member;
+    if (server_is_member(s, msg->identity, msg->identity_size, &other, &other_member)) {
+        snprintf(reason, sizeof(reason), "this connection already joined job '%s'", other->name);
+        server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, -EPROTO, reason);
+        return;
+    }
+
+    job *j = server_find_job(s, env->job, NULL);
+    int r = 0;
+    if (j)
+        r = job_check_join(j, jn->world_size, jn->mode, jn->rank, reason, sizeof(reason));
+    else if (s->n_jobs == DDP_MAX_JOBS) {
+        snprintf(reason, sizeof(reason), "ddpd already holds %d jobs", DDP_MAX_JOBS);
+        r = -ENOSPC;
+    }
+    if (r < 0) {
+        log_info("job '%s': rejected pid %u on %s: %s", env->job, jn->pid, jn->host, reason);
+        server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, r, reason);
+        return;
+    }
+    if (!j) {
+        j = job_new(env->job, jn->mode, jn->world_size, clock_now_ms());
+        if (!j) {
+            server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, -ENOMEM, "out of memory");
+            return;
+        }
+        s->jobs[s->n_jobs++] = j;
+    }
+
+    job_member m = {
+        .identity_size = msg->identity_size,
+        .requested_rank = jn->rank,
+        .rank = jn->rank,
+        .pid = jn->pid,
+        .join_seq = env->seq,
+        .last_heard_ms = clock_now_ms(),
+    };
+    memcpy(m.identity, msg->identity, msg->identity_size);
+    snprintf(m.host, sizeof(m.host), "%s", jn->host);
+    snprintf(m.endpoint, sizeof(m.endpoint), "%s", jn->data_endpoint);
+    if ((r = job_add_member(j, &m)) < 0) {
+        server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, r, error_string(r));
+        if (j->n_members == 0)
+            server_remove_job(s, j);
+        return;
+    }
+    log_info("job '%s': pid %u on %s joined (%zu/%u)", j->name, m.pid, m.host, j->n_members, j->world_size);
+    /* Answer at once so the worker learns our heartbeat interval before we judge it. */
+    server_send_heartbeat(s, j, &j->members[j->n_members - 1]);
+    if (job_complete(j))
+        server_form_job(s, j);
+}
+
+/* Tells every member waiting at the barrier that it cannot complete. */
+static void server_fail_barrier(server *s, job *j, int code, const char *why) {
+    Ddp__Error body = DDP__ERROR__INIT;
+    body.code = code;
+    body.message = (char *)why;
+    for (size_t i = 0; i < j->n_members; i++) {
+        job_member *m = &j->members[i];
+        if (!m->at_barrier)
+            continue;
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__ERROR, j->name, -1, j->generation, m->barrier_seq);
+        env.error = &body;
+        server_send(s, m->identity, m->identity_size, &env);
+        m->at_barrier = false;
+    }
+    j->barrier_arrived = 0;
+}
+
+static void server_on_leave(server *s, const wire_msg *msg) {
+    job *j;
+    job_member *m;
+    if (server_member_of(s, msg, &j, &m) < 0)
+        return;
+    if (j->state == JOB_FORMING) {
+        log_info("job '%s': pid %u on %s left while forming", j->name, m->pid, m->host);
+        job_remove_member(j, (size_t)(m - j->members));
+        if (j->n_members == 0)
+            server_remove_job(s, j);
+        return;
+    }
+    m->left = true;
+    log_info("job '%s': rank %d (pid %u on %s) left", j->name, m->rank, m->pid, m->host);
+    if (j->barrier_arrived) {
+        char why[DDP_MAX_REASON];
+        snprintf(why, sizeof(why), "rank %d (pid %u on %s) left the job before the barrier", m->rank, m->pid, m->host);
+        server_fail_barrier(s, j, -EPIPE, why);
+    }
+    if (job_active_members(j) == 0) {
+        log_info("job '%s' (generation %llu) finished", j->name, (unsigned long long)j->generation);
+        server_remove_job(s, j);
+    }
+}
+
+static void server_on_barrier(server *s, const wire_msg *msg) {
+    job *j;
+    job_member *m;
+    if (server_member_of(s, msg, &j, &m) < 0)
+        return;
+    for (size_t i = 0; i < j->n_members; i++)
+        if (j->members[i].left) {
+            server_send_error(s, msg, -EPIPE, "barrier cannot complete: rank %d (pid %u on %s) left the job",
+                              j->members[i].rank, j->members[i].pid, j->members[i].host);
+            return;
+        }
+    uint64_t round = msg->env->barrier->round;
+    if (round != j->barrier_round || m->at_barrier) {
+        server_send_error(s, msg, -EPROTO, "barrier round %llu from rank %d, job '%s' is at round %llu",
+                          (unsigned long long)round, m->rank, j->name, (unsigned long long)j->barrier_round);
+        return;
+    }
+    m->at_barrier = true;
+    m->barrier_seq = msg->env->seq;
+    if (++j->barrier_arrived < j->world_size)
+        return;
+
+    Ddp__Barrier body = DDP__BARRIER__INIT;
+    body.round = round;
+    for (size_t i = 0; i < j->n_members; i++) {
+        job_member *x = &j->members[i];
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__BARRIER, j->name, -1, j->generation, x->barrier_seq);
+        env.barrier = &body;
+        server_send(s, x->identity, x->identity_size, &env);
+        x->at_barrier = false;
+    }
+    j->barrier_arrived = 0;
+    j->barrier_round++;
+}
+
+static void server_send_value(server *s, const job *j, const uint8_t *identity, size_t identity_size, uint64_t seq,
+                              const char *key, const store_entry *e, bool with_value) {
+    Ddp__StoreValue body = DDP__STORE_VALUE__INIT;
+    body.key = (char *)key;
+    body.found = e != NULL;
+    if (e && with_value) {
+        body.value.data = e->value;
+        body.value.len = e->size;
+    }
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_VALUE, j->name, -1, j->generation, seq);
+    env.store_value = &body;
+    server_send(s, identity, identity_size, &env);
+}
+
+/* Answers every store wait whose keys are now all set. */
+static void server_wake_waiters(server *s, job *j) {
+    for (size_t i = 0; i < j->n_waiters;) {
+        job_waiter *w = &j->waiters[i];
+        bool ready = true;
+        for (size_t k = 0; k < w->n_keys && ready; k++)
+            ready = store_get(&j->store, w->keys[k]) != NULL;
+        if (!ready) {
+            i++;
+            continue;
+        }
+        server_send_value(s, j, w->identity, w->identity_size, w->seq, w->keys[0], store_get(&j->store, w->keys[0]),
+                          true);
+        job_remove_waiter(j, i);
+    }
+}
+
+static void server_on_store(server *s, const wire_msg *msg) {
+    job *j;
+    job_member *m;
+    if (server_member_of(s, msg, &j, &m) < 0)
+        return;
+    const Ddp__Envelope *env = msg->env;
+    switch (env->type) {
+    case DDP__MSG_TYPE__STORE_SET: {
+        int r = store_set(&j->store, env->store_set->key, env->store_set->value.data, env->store_set->value.len);
+        if (r < 0) {
+            server_send_error(s, msg, r, "store-set '%.64s' in job '%s': %s (limits: %u keys, %u bytes)",
+                              env->store_set->key, j->name, error_string(r), DDP_MAX_STORE_KEYS,
+                              (unsigned)DDP_MAX_STORE_BYTES);
+            return;
+        }
+        server_send_value(s, j, msg->identity, msg->identity_size, env->seq, env->store_set->key, NULL, false);
+        server_wake_waiters(s, j);
+        return;
+    }
+    case DDP__MSG_TYPE__STORE_GET: {
+        const char *key = env->store_get->key;
+        server_send_value(s, j, msg->identity, msg->identity_size, env->seq, key, store_get(&j->store, key), true);
+        return;
+    }
+    default: { /* STORE_WAIT */
+        const Ddp__StoreWait *sw = env->store_wait;
+        uint32_t timeout = sw->timeout_ms ? sw->timeout_ms : DDP_DEFAULT_TIMEOUT_MS;
+        job_waiter w = {.identity_size = msg->identity_size, .rank = m->rank, .seq = env->seq,
+                        .deadline_ms = clock_now_ms() + timeout, .timeout_ms = timeout};
+        memcpy(w.identity, msg->identity, msg->identity_size);
+        w.keys = calloc(sw->n_keys, sizeof(char *));
+        for (size_t k = 0; w.keys && k < sw->n_keys; k++, w.n_keys++)
+            if (!(w.keys[k] = strdup(sw->keys[k])))
+                break;
+        int r = !w.keys || w.n_keys < sw->n_keys ? -ENOMEM : job_add_waiter(j, &w);
+        if (r < 0) {
+            for (size_t k = 0; k < w.n_keys; k++)
+                free(w.keys[k]);
+            free(w.keys);
+            server_send_error(s, msg, r, "store-wait in job '%s': %s", j->name, error_string(r));
+            return;
+        }
+        server_wake_waiters(s, j);
+        return;
+    }
+    }
+}
+
+static void server_on_status(server *s, const wire_msg *msg) {
+    uint64_t now = clock_now_ms();
+    size_t n_members = 0;
+    for (size_t i = 0; i < s->n_jobs; i++)
+        n_members += s->jobs[i]->n_members;
+    Ddp__JobStatus *jobs = calloc(s->n_jobs ? s->n_jobs : 1, sizeof(*jobs));
+    Ddp__JobStatus **job_ptrs = calloc(s->n_jobs ? s->n_jobs : 1, sizeof(*job_ptrs));
+    Ddp__MemberStatus *members = calloc(n_members ? n_members : 1, sizeof(*members));
+    Ddp__MemberStatus **member_ptrs = calloc(n_members ? n_members : 1, sizeof(*member_ptrs));
+    if (!jobs || !job_ptrs || !members || !member_ptrs) {
+        server_send_error(s, msg, -ENOMEM, "status: out of memory");
+        goto out;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        const job *j = s->jobs[i];
+        ddp__job_status__init(&jobs[i]);
+        jobs[i].name = (char *)j->name;
+        jobs[i].state = (char *)(j->state == JOB_FORMING ? "forming" : "running");
+        jobs[i].mode = (char *)j->mode;
+        jobs[i].world_size = j->world_size;
+        jobs[i].generation = j->generation;
+        jobs[i].age_ms = now - j->created_ms;
+        jobs[i].members = &member_ptrs[k];
+        jobs[i].n_members = j->n_members;
+        for (size_t m = 0; m < j->n_members; m++, k++) {
+            ddp__member_status__init(&members[k]);
+            members[k].rank = j->members[m].rank;
+            members[k].pid = j->members[m].pid;
+            members[k].host = (char *)j->members[m].host;
+            members[k].endpoint = (char *)j->members[m].endpoint;
+            members[k].last_heard_ms = now - j->members[m].last_heard_ms;
+            member_ptrs[k] = &members[k];
+        }
+        job_ptrs[i] = &jobs[i];
+    }
+    Ddp__StatusReply body = DDP__STATUS_REPLY__INIT;
+    body.version = (char *)DDP_VERSION;
+    body.uptime_ms = now - s->started_ms;
+    body.n_jobs = s->n_jobs;
+    body.jobs = job_ptrs;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REPLY, "", -1, 0, msg->env->seq);
+    env.status_reply = &body;
+    server_send(s, msg->identity, msg->identity_size, &env);
+out:
+    free(jobs);
+    free(job_ptrs);
+    free(members);
+    free(member_ptrs);
+}
+
+/* A short printable name for a connection in logs. */
+static const char *server_peer_name(const wire_msg *msg, char *buf, size_t size) {
+    int n = snprintf(buf, size, "peer 0x");
+    for (size_t i = 0; i < msg->identity_size && i < 8 && n > 0 && (size_t)n + 3 < size; i++)
+        n += snprintf(buf + n, size - (size_t)n, "%02x", msg->identity[i]);
+    return buf;
+}
+
+static void server_handle(server *s, wire_msg *msg, int r) {
+    job *j;
+    job_member *m;
+    bool member = server_is_member(s, msg->identity, msg->identity_size, &j, &m);
+    if (member)
+        m->last_heard_ms = clock_now_ms(); /* any message counts as a heartbeat */
+
+    if (r < 0) {
+        char peer[32];
+        log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "dropped a bad message from %s: %s",
+                        server_peer_name(msg, peer, sizeof(peer)), msg->error);
+        if (!msg->env)
+            return; /* undecodable: nothing to answer */
+        if (msg->env->type == DDP__MSG_TYPE__JOIN)
+            server_send_reject(s, msg->identity, msg->identity_size, "", msg->env->seq, r, msg->error);
+        else
+            server_send_error(s, msg, r, "%s", msg->error);
+        return;
+    }
+
+    switch (msg->env->type) {
+    case DDP__MSG_TYPE__JOIN:
+        server_on_join(s, msg);
+        break;
+    case DDP__MSG_TYPE__HEARTBEAT:
+        break;
+    case DDP__MSG_TYPE__LEAVE:
+        server_on_leave(s, msg);
+        break;
+    case DDP__MSG_TYPE__BARRIER:
+        server_on_barrier(s, msg);
+        break;
+    case DDP__MSG_TYPE__STORE_SET:
+    case DDP__MSG_TYPE__STORE_GET:
+    case DDP__MSG_TYPE__STORE_WAIT:
+        server_on_store(s, msg);
+        break;
+    case DDP__MSG_TYPE__STATUS_REQUEST:
+        server_on_status(s, msg);
+        break;
+    default: {
+        char peer[32];
+        log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "dropped a %s message from %s: ddpd does not take it",
+                        wire_type_name(msg->env->type), server_peer_name(msg, peer, sizeof(peer)));
+        server_send_error(s, msg, -EPROTO, "ddpd does not take %s messages", wire_type_name(msg->env->type));
+    }
+    }
+}
+
+void server_dispatch(server *s) {
+    for (int i = 0; i < SERVER_DISPATCH_BATCH; i++) {
+        wire_msg msg;
+        int r = wire_recv(s->router, true, ZMQ_DONTWAIT, &msg);
+        if (r == -EAGAIN || r == -EINTR || r == -ETERM)
+            break;
+        server_handle(s, &msg, r);
+        wire_msg_close(&msg);
+    }
+}
+
+/* ---- housekeeping ----------------------------------------------------------------- */
+
+static void server_expire_waiters(server *s, job *j, uint64_t now) {
+    for (size_t i = 0; i < j->n_waiters;) {
+        job_waiter *w = &j->waiters[i];
+        if (now < w->deadline_ms) {
+            i++;
+            continue;
+        }
+        char text[DDP_MAX_REASON];
+        snprintf(text, sizeof(text), "store-wait for '%.64s'%s in job '%s' timed out after %u ms", w->keys[0],
+                 w->n_keys > 1 ? " and others" : "", j->name, w->timeout_ms);
+        Ddp__Error body = DDP__ERROR__INIT;
+        body.code = -ETIMEDOUT;
+        body.message = text;
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__ERROR, j->name, -1, j->generation, w->seq);
+        env.error = &body;
+        server_send(s, w->identity, w->identity_size, &env);
+        job_remove_waiter(j, i);
+    }
+}
+
+/* Returns true when the job was removed. */
+static bool server_check_job(server *s, job *j, uint64_t now) {
+    uint64_t window = (uint64_t)s->opts.heartbeat_ms * (uint64_t)s->opts.liveness;
+    for (size_t i = 0; i < j->n_members; i++) {
+        job_member *m = &j->members[i];
+        if (m->left || now - m->last_heard_ms <= window)
+            continue;
+        char reason[DDP_MAX_REASON];
+        if (j->state == JOB_FORMING) {
+            log_warn("job '%s': pid %u on %s stopped answering while the job was forming (silent for %llu ms); dropped",
+                     j->name, m->pid, m->host, (unsigned long long)(now - m->last_heard_ms));
+            job_remove_member(j, i);
+            if (j->n_members == 0) {
+                server_remove_job(s, j);
+                return true;
+            }
+            i--;
+            continue;
+        }
+        snprintf(reason, sizeof(reason), "rank %d (pid %u on %s) died: silent for %llu ms", m->rank, m->pid, m->host,
+                 (unsigned long long)(now - m->last_heard_ms));
+        server_abort_job(s, j, (ssize_t)i, -ECONNABORTED, reason);
+        return true;
+    }
+
+    if (j->state == JOB_RUNNING) {
+        server_expire_waiters(s, j, now);
+        return false;
+    }
+    char missing[256], reason[DDP_MAX_REASON];
+    job_missing_ranks(j, missing, sizeof(missing));
+    if (now - j->created_ms >= (uint64_t)s->opts.join_timeout * 1000u) {
+        snprintf(reason, sizeof(reason), "job '%s' did not form within %d s: %zu/%u joined, missing ranks %s", j->name,
+                 s->opts.join_timeout, j->n_members, j->world_size, missing);
+        log_warn("%s", reason);
+        for (size_t i = 0; i < j->n_members; i++)
+            server_send_reject(s, j->members[i].identity, j->members[i].identity_size, j->name, j->members[i].join_seq,
+                               -ETIMEDOUT, reason);
+        server_remove_job(s, j);
+        return true;
+    }
+    if (now - j->progress_logged_ms >= DDP_WAITING_LOG_MS) {
+        log_info("job '%s': %zu/%u joined, missing ranks %s", j->name, j->n_members, j->world_size, missing);
+        j->progress_logged_ms = now;
+    }
+    return false;
+}
+
+void server_tick(server *s) {
+    uint64_t now = clock_now_ms();
+    if (now >= s->next_heartbeat_ms) {
+        for (size_t i = 0; i < s->n_jobs; i++)
+            for (size_t k = 0; k < s->jobs[i]->n_members; k++)
+                if (!s->jobs[i]->members[k].left)
+                    server_send_heartbeat(s, s->jobs[i], &s->jobs[i]->members[k]);
+        s->next_heartbeat_ms = now + (uint64_t)s->opts.heartbeat_ms;
+    }
+    for (size_t i = s->n_jobs; i-- > 0;)
+        server_check_job(s, s->jobs[i], now);
+}
+
+int server_tick_ms(const server *s) {
+    int t = s->opts.heartbeat_ms / 5;
+    return t < 10 ? 10 : t > 100 ? 100 : t;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------- */
+
+int server_open(server *s, const server_options *opts) {
+    s->opts = *opts;
+    s->started_ms = clock_now_ms();
+    s->next_heartbeat_ms = s->started_ms;
+    s->bad_input_log = (log_ratelimit)LOG_RATELIMIT_INIT(10000, 5);
+    s->zmq_ctx = zmq_ctx_new();
+    if (!s->zmq_ctx)
+        return -errno;
+    s->router = zmq_socket(s->zmq_ctx, ZMQ_ROUTER);
+    if (!s->router)
+        return -errno;
+    int mandatory = 1; /* an unknown peer is an error, not a silent drop */
+    int r = wire_socket_setup(s->router, DDP_MAX_CONTROL_MSG_BYTES);
+    if (r == 0 && zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof(mandatory)) < 0)
+        r = -errno;
+    if (r < 0) {
+        log_error("Failed to configure the control socket: %s", error_string(r));
+        return r;
+    }
+    if (zmq_bind(s->router, opts->listen) < 0) {
+        r = -errno;
+        log_error("Failed to bind '%s': %s", opts->listen, zmq_strerror(-r));
+        return r;
+    }
+    size_t len = sizeof(s->endpoint);
+    if (zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, s->endpoint, &len) < 0)
+        snprintf(s->endpoint, sizeof(s->endpoint), "%s", opts->listen);
+    return 0;
+}
+
+void server_shutdown(server *s, const char *reason) {
+    for (size_t i = s->n_jobs; i-- > 0;) {
+        job *j = s->jobs[i];
+        if (j->state == JOB_FORMING) {
+            for (size_t k = 0; k < j->n_members; k++)
+                server_send_reject(s, j->members[k].identity, j->members[k].identity_size, j->name,
+                                   j->members[k].join_seq, -ESHUTDOWN, reason);
+            server_remove_job(s, j);
+        } else
+            server_abort_job(s, j, -1, -ESHUTDOWN, reason);
+    }
+    /* Give the Aborts a moment to leave before the socket closes. */
+    int linger = 1000;
+    if (s->router)
+        zmq_setsockopt(s->router, ZMQ_LINGER, &linger, sizeof(linger));
+}
+
+void server_close(server *s) {
+    while (s->n_jobs)
+        server_remove_job(s, s->jobs[s->n_jobs - 1]);
+    if (s->router)
+        zmq_close(s->router);
+    if (s->zmq_ctx)
+        zmq_ctx_term(s->zmq_ctx);
+    s->router = s->zmq_ctx = NULL;
+}

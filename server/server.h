@@ -1,0 +1,47 @@
+/* ddpd's state and its answers to every message: rendezvous, liveness, barrier, store,
+ * status. Single-threaded; ddpd.c owns the loop and calls server_handle() and
+ * server_tick(). Nothing a peer sends can make it exit. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/limits.h"
+#include "common/log.h"
+#include "server/job.h"
+
+typedef struct {
+    char *listen;
+    char *config;
+    int heartbeat_ms;
+    int liveness;
+    int join_timeout;     /* seconds a job may take to form */
+    char *log_level;
+    bool help;
+    bool version;
+} server_options;
+
+typedef struct {
+    server_options opts;
+    void *zmq_ctx;
+    void *router;
+    char endpoint[DDP_MAX_ENDPOINT + 1]; /* as bound, port resolved */
+    job *jobs[DDP_MAX_JOBS];
+    size_t n_jobs;
+    uint64_t last_generation;
+    uint64_t started_ms;
+    uint64_t next_heartbeat_ms;
+    log_ratelimit bad_input_log;
+} server;
+
+/* Binds the ROUTER socket. Logs and returns a negative error on failure. */
+int server_open(server *s, const server_options *opts);
+/* Reads and answers every message waiting on the socket. */
+void server_dispatch(server *s);
+/* Housekeeping: heartbeats, dead members, join timeouts, store-wait timeouts, progress. */
+void server_tick(server *s);
+/* Tells every member why the job ends and gives queued messages a moment to leave. */
+void server_shutdown(server *s, const char *reason);
+void server_close(server *s);
+
+/* Milliseconds between ticks: fine enough to notice a death well within the window. */
+int server_tick_ms(const server *s);

@@ -1,0 +1,47 @@
+/* A group member for the integration tests: joins through ddp_init() from the
+ * environment (RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT or DDP_COORDINATOR, DDP_JOB),
+ * runs barriers and says what happened, one line per event:
+ *   member [--barriers N] [--hang-at K]
+ *   -> "joined rank R world W generation G pid P endpoint E"
+ *   -> "barrier K ok" ... or "barrier K failed: CODE (TEXT): LAST_ERROR"
+ * --hang-at K waits forever before barrier K (a member the test will kill). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ddp/ddp.h"
+
+int main(int argc, char **argv) {
+    int barriers = 1, hang_at = -1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--barriers") == 0)
+            barriers = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--hang-at") == 0)
+            hang_at = atoi(argv[i + 1]);
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    ddp_group *g = NULL;
+    int r = ddp_init(NULL, &g);
+    if (r < 0) {
+        printf("init failed: %d (%s): %s\n", r, ddp_strerror(r), ddp_last_error(NULL));
+        return 2;
+    }
+    printf("joined rank %d world %d pid %d\n", ddp_rank(g), ddp_world_size(g), (int)getpid());
+    for (int k = 0; k < barriers; k++) {
+        if (k == hang_at)
+            for (;;)
+                pause();
+        r = ddp_barrier(g);
+        if (r < 0) {
+            printf("barrier %d failed: %d (%s): %s\n", k, r, ddp_strerror(r), ddp_last_error(g));
+            ddp_finalize(g);
+            return 3;
+        }
+        printf("barrier %d ok\n", k);
+    }
+    ddp_finalize(g);
+    printf("finalized\n");
+    return 0;
+}

@@ -1,0 +1,41 @@
+/* The control agent: a thread that owns the connection to ddpd for a group.
+ *
+ * It heartbeats at ddpd's interval whatever the caller is doing (computing, or blocked in
+ * a collective), notices when ddpd falls silent, and hands every other message from ddpd
+ * to the caller's end of an inproc pipe, so a blocked wait can poll that pipe and wake on
+ * an Abort. The caller sends through the agent too: a ZeroMQ socket has one owner. */
+#pragma once
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/wire.h"
+
+/* What the caller reads from the pipe: one heap-allocated event per frame (a pointer). */
+typedef struct {
+    wire_msg msg;   /* a message from ddpd; msg.env is NULL for a failure */
+    int failure;    /* the agent lost the coordinator: -EHOSTUNREACH or -ECONNABORTED */
+    char text[DDP_MAX_REASON]; /* and why */
+} agent_event;
+
+typedef struct {
+    void *zmq_ctx;
+    void *pipe;            /* the caller's end (PAIR) */
+    void *agent_pipe;      /* the agent's end */
+    void *control;         /* DEALER to ddpd, the agent's */
+    char coordinator[DDP_MAX_ENDPOINT + 1];
+    char job[DDP_MAX_JOB_NAME + 1];
+    int connect_timeout_ms;
+    pthread_t thread;
+    bool running;
+} agent;
+
+/* Connects to the coordinator and starts the thread. */
+int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms);
+/* Sends env to ddpd through the agent. */
+int agent_send(agent *a, const Ddp__Envelope *env);
+/* Waits up to timeout_ms for the next event; -ETIMEDOUT, -EINTR on a signal. */
+int agent_next(agent *a, int timeout_ms, agent_event **ret_event);
+void agent_event_free(agent_event *ev);
+/* Sends leave to ddpd when it is not NULL, stops the thread and closes its sockets. */
+void agent_stop(agent *a, const Ddp__Envelope *leave);

@@ -1,0 +1,37 @@
+/* The process group's insides, shared by the files of libddp. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/limits.h"
+#include "ddp/ddp.h"
+#include "worker/agent.h"
+
+struct ddp_group {
+    char coordinator[DDP_MAX_ENDPOINT + 1];
+    char job[DDP_MAX_JOB_NAME + 1];
+    int rank, world_size, local_rank;
+    int timeout_ms;
+    uint64_t generation;
+    uint64_t next_seq;        /* of control requests */
+    uint64_t barrier_round;
+    char **endpoints;         /* every rank's data endpoint, in rank order */
+    void *zmq_ctx;
+    void *data;               /* this rank's data socket, bound at init */
+    char data_endpoint[DDP_MAX_ENDPOINT + 1];
+    agent agent;
+    int failed;               /* the first fatal error (an Abort, a lost coordinator), or 0 */
+    char last_error[DDP_MAX_REASON + 64];
+};
+
+/* Records err and its description as the group's last error; returns err. */
+int group_fail(ddp_group *g, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Sends a control request and waits up to timeout_ms for the reply with its sequence
+ * number (of type reply_type, or an Error). An Abort or a lost coordinator ends the wait
+ * with an error, recorded in last_error. The caller frees *ret_event on success. */
+int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int timeout_ms,
+                  agent_event **ret_event);
+
+/* Fills the header of a request from this group: type, job, rank, generation, next seq. */
+void group_envelope(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType type);

@@ -140,7 +140,7 @@ void group_envelope(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType type) {
     wire_envelope_init(env, type, g->job, g->rank, g->generation, ++g->next_seq);
 }
 
-int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int timeout_ms,
+int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int timeout_ms, const char *timeout_text,
                   agent_event **ret_event) {
     if (g->failed)
         return g->failed;
@@ -154,8 +154,11 @@ int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int
         r = agent_next(&g->agent, clock_ms_until(deadline), &ev);
         if (r == -EINTR)
             continue;
+        if (r == -ETIMEDOUT)
+            return group_fail(g, r, "%s", timeout_text);
         if (r < 0)
-            return r; /* -ETIMEDOUT: the caller says what timed out */
+            return group_fail(g, r, "waiting for ddpd's answer to %s: %s", wire_type_name(env->type),
+                              error_string(r));
         const Ddp__Envelope *reply = ev->msg.env;
         if (!reply) { /* the agent lost the coordinator */
             g->failed = group_fail(g, ev->failure, "%s", ev->text);
@@ -234,10 +237,11 @@ static int group_join(ddp_group *g, const group_settings *s) {
     group_envelope(g, &env, DDP__MSG_TYPE__JOIN);
     env.join = &body;
 
+    char timeout_text[DDP_MAX_REASON];
+    snprintf(timeout_text, sizeof(timeout_text), "job '%s' did not form within %d ms at %s", g->job,
+             s->join_timeout_ms, g->coordinator);
     agent_event *ev = NULL;
-    int r = group_request(g, &env, DDP__MSG_TYPE__WELCOME, s->join_timeout_ms, &ev);
-    if (r == -ETIMEDOUT)
-        group_fail(g, r, "job '%s' did not form within %d ms at %s", g->job, s->join_timeout_ms, g->coordinator);
+    int r = group_request(g, &env, DDP__MSG_TYPE__WELCOME, s->join_timeout_ms, timeout_text, &ev);
     if (r < 0) {
         snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         return r;
@@ -334,11 +338,13 @@ DDP_EXPORT int ddp_barrier(ddp_group *g) {
     Ddp__Envelope env;
     group_envelope(g, &env, DDP__MSG_TYPE__BARRIER);
     env.barrier = &body;
+    char timeout_text[128];
+    snprintf(timeout_text, sizeof(timeout_text), "barrier %llu timed out after %d ms: another rank has not reached it",
+             (unsigned long long)g->barrier_round, g->timeout_ms);
     agent_event *ev = NULL;
-    int r = group_request(g, &env, DDP__MSG_TYPE__BARRIER, g->timeout_ms, &ev);
+    int r = group_request(g, &env, DDP__MSG_TYPE__BARRIER, g->timeout_ms, timeout_text, &ev);
     if (r == -ETIMEDOUT) /* ddpd still counts us as arrived: the group cannot go on */
-        g->failed = group_fail(g, r, "barrier %llu timed out after %d ms: another rank has not reached it",
-                               (unsigned long long)g->barrier_round, g->timeout_ms);
+        g->failed = r;
     if (r < 0)
         return r;
     agent_event_free(ev);

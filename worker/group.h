@@ -28,9 +28,10 @@ struct ddp_group {
 int group_fail(ddp_group *g, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Sends a control request and waits up to timeout_ms for the reply with its sequence
- * number (of type reply_type, or an Error). An Abort or a lost coordinator ends the wait
- * with an error, recorded in last_error. The caller frees *ret_event on success. */
-int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int timeout_ms,
+ * number (of type reply_type, or an Error). Every failure is recorded in last_error: an
+ * Abort, a lost coordinator, ddpd's error, or timeout_text when the time runs out
+ * (-ETIMEDOUT). The caller frees *ret_event on success. */
+int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int timeout_ms, const char *timeout_text,
                   agent_event **ret_event);
 
 /* Fills the header of a request from this group: type, job, rank, generation, next seq. */

@@ -1,0 +1,484 @@
+/* ddpd and real members on loopback: forming jobs, rejects, deaths, hostile peers. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <cJSON.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "tests/integration/harness.h"
+
+#define WAIT_MS 20000 /* generous: a failure is a missing line, never a slow one */
+
+/* Starts n members of job, waits for each to print its rank, and checks the ranks are
+ * exactly 0..n-1. */
+static void form_and_check(const ddpd_proc *d, int n, const char *job, const char *const *args, proc *members) {
+    bool seen[64] = {false};
+    for (int i = 0; i < n; i++)
+        member_start(&members[i], d, n, -1, job, args);
+    for (int i = 0; i < n; i++) {
+        char line[256];
+        int rank = -1, world = -1;
+        ck_assert_msg(proc_expect(&members[i], "joined rank", WAIT_MS, line, sizeof(line)), "member %d: %s", i,
+                      proc_output(&members[i]));
+        ck_assert_int_eq(sscanf(line, "joined rank %d world %d", &rank, &world), 2);
+        ck_assert_int_eq(world, n);
+        ck_assert_msg(rank >= 0 && rank < n && !seen[rank], "rank %d given twice or out of range", rank);
+        seen[rank] = true;
+    }
+}
+
+static void world_of(int n) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc members[8];
+    const char *args[] = {"--barriers", "3", NULL};
+    form_and_check(&d, n, "world", args, members);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(proc_expect(&members[i], "barrier 2 ok", WAIT_MS, NULL, 0), "%s", proc_output(&members[i]));
+        ck_assert_int_eq(proc_wait(&members[i], WAIT_MS), 0);
+        proc_close(&members[i]);
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+
+START_TEST(test_world_sizes) {
+    static const int sizes[] = {1, 2, 4, 8};
+    world_of(sizes[_i]);
+}
+END_TEST
+
+START_TEST(test_duplicate_rank_rejected) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc first, dup, second;
+    const char *args[] = {"--barriers", "1", NULL};
+    member_start(&first, &d, 2, 0, "dup", args);
+    ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
+    member_start(&dup, &d, 2, 0, "dup", args);
+    char line[512];
+    ck_assert_msg(proc_expect(&dup, "init failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&dup));
+    ck_assert_msg(strstr(line, "rank 0 of job 'dup' is already taken by pid"), "%s", line);
+    ck_assert_int_eq(proc_wait(&dup, WAIT_MS), 2);
+    /* A different world size is refused too, and the forming job is not disturbed. */
+    proc other;
+    member_start(&other, &d, 3, -1, "dup", args);
+    ck_assert(proc_expect(&other, "world size 3 differs from job 'dup''s world size 2", WAIT_MS, NULL, 0));
+    ck_assert_int_eq(proc_wait(&other, WAIT_MS), 2);
+    member_start(&second, &d, 2, 1, "dup", args);
+    ck_assert_msg(proc_expect(&first, "joined rank 0 world 2", WAIT_MS, NULL, 0), "%s", proc_output(&first));
+    ck_assert(proc_expect(&second, "joined rank 1 world 2", WAIT_MS, NULL, 0));
+    ck_assert_int_eq(proc_wait(&first, WAIT_MS), 0);
+    ck_assert_int_eq(proc_wait(&second, WAIT_MS), 0);
+    proc_close(&first);
+    proc_close(&second);
+    proc_close(&dup);
+    proc_close(&other);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_version_mismatch_rejected) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc waiting;
+    member_start(&waiting, &d, 2, -1, "ver", NULL);
+    ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
+
+    void *ctx = zmq_ctx_new();
+    void *raw = raw_connect(ctx, d.endpoint);
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.world_size = 2;
+    join.rank = -1;
+    join.pid = 1;
+    join.host = (char *)"test";
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "ver", -1, 0, 7);
+    env.version = DDP_PROTOCOL_VERSION + 1;
+    env.join = &join;
+    wire_msg msg;
+    ck_assert_int_eq(raw_request(raw, &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
+    ck_assert_uint_eq(msg.env->seq, 7);
+    ck_assert_int_eq(msg.env->reject->code, -EPROTONOSUPPORT);
+    ck_assert_msg(strstr(msg.env->reject->reason, "protocol version 2"), "%s", msg.env->reject->reason);
+    wire_msg_close(&msg);
+    zmq_close(raw);
+    zmq_ctx_term(ctx);
+
+    proc second;
+    member_start(&second, &d, 2, -1, "ver", NULL);
+    ck_assert(proc_expect(&waiting, "barrier 0 ok", WAIT_MS, NULL, 0));
+    ck_assert(proc_expect(&second, "barrier 0 ok", WAIT_MS, NULL, 0));
+    ck_assert_int_eq(proc_wait(&waiting, WAIT_MS), 0);
+    ck_assert_int_eq(proc_wait(&second, WAIT_MS), 0);
+    proc_close(&waiting);
+    proc_close(&second);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_killed_member_named_within_3s) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc members[4];
+    for (int r = 0; r < 4; r++) {
+        const char *args[] = {"--barriers", "100", "--hang-at", r == 2 ? "1" : "1000", NULL};
+        member_start(&members[r], &d, 4, r, "kill", args);
+    }
+    for (int r = 0; r < 4; r++)
+        ck_assert_msg(proc_expect(&members[r], "barrier 0 ok", WAIT_MS, NULL, 0), "%s", proc_output(&members[r]));
+
+    uint64_t killed_at = clock_now_ms();
+    proc_signal(&members[2], SIGKILL);
+    char expected[64];
+    snprintf(expected, sizeof(expected), "rank 2 (pid %d on ", (int)members[2].pid);
+    for (int r = 0; r < 4; r++) {
+        if (r == 2)
+            continue;
+        char line[512];
+        ck_assert_msg(proc_expect(&members[r], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&members[r]));
+        uint64_t elapsed = clock_now_ms() - killed_at;
+        ck_assert_msg(strstr(line, expected) && strstr(line, "died"), "rank %d: %s", r, line);
+        ck_assert_msg(elapsed < 3000, "rank %d learnt of the death after %llu ms", r, (unsigned long long)elapsed);
+        ck_assert_int_eq(proc_wait(&members[r], WAIT_MS), 3);
+    }
+    for (int r = 0; r < 4; r++)
+        proc_close(&members[r]);
+
+    /* The job ended: one of the same name forms at once. */
+    proc again[2];
+    form_and_check(&d, 2, "kill", NULL, again);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(proc_wait(&again[i], WAIT_MS), 0);
+        proc_close(&again[i]);
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* Sends every kind of nonsense, then checks ddpd still forms a job. */
+START_TEST(test_garbage_flood) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    void *raw = raw_connect(ctx, d.endpoint);
+    unsigned seed = 12345;
+    uint8_t junk[4096];
+    for (int i = 0; i < 3000; i++) {
+        int frames = 1 + rand_r(&seed) % 12;
+        for (int f = 0; f < frames; f++) {
+            size_t n = (size_t)(rand_r(&seed) % (int)sizeof(junk));
+            for (size_t k = 0; k < n; k++)
+                junk[k] = (uint8_t)rand_r(&seed);
+            zmq_send(raw, junk, n, f + 1 < frames ? ZMQ_SNDMORE : 0);
+        }
+    }
+    /* Empty frames, and valid envelopes of every type in the wrong direction or state. */
+    zmq_send(raw, "", 0, 0);
+    for (int type = 0; type <= 20; type++) {
+        Ddp__Envelope env;
+        wire_envelope_init(&env, (Ddp__MsgType)type, "flood", 3, 9, (uint64_t)type);
+        uint8_t buf[256];
+        size_t n = ddp__envelope__pack(&env, buf);
+        zmq_send(raw, buf, n, 0);
+        zmq_send(raw, buf, n / 2, 0); /* truncated */
+    }
+    /* A frame beyond ZMQ_MAXMSGSIZE: ZeroMQ drops the connection, ddpd carries on. */
+    size_t huge = (size_t)DDP_MAX_CONTROL_MSG_BYTES + 1;
+    char *big = calloc(1, huge);
+    zmq_send(raw, big, huge, 0);
+    free(big);
+    /* And bytes that are not even ZeroMQ. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(d.port))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    for (int i = 0; i < 64; i++)
+        ck_assert_int_gt(write(fd, junk, 1024), 0);
+    close(fd);
+
+    proc members[2];
+    form_and_check(&d, 2, "after-flood", NULL, members);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(proc_wait(&members[i], WAIT_MS), 0);
+        proc_close(&members[i]);
+    }
+    ck_assert(proc_expect(&d.p, "dropped a bad message", WAIT_MS, NULL, 0));
+    zmq_close(raw);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_status_table_and_json) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc waiting;
+    member_start(&waiting, &d, 2, 1, "stat", NULL);
+    ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
+
+    const char *argv_json[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", "--json", NULL};
+    proc ctl;
+    proc_start(&ctl, argv_json, NULL);
+    ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 0);
+    cJSON *root = cJSON_Parse(proc_output(&ctl));
+    ck_assert_msg(root, "not JSON: %s", proc_output(&ctl));
+    cJSON *job = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "jobs"), 0);
+    ck_assert_str_eq(cJSON_GetObjectItem(job, "name")->valuestring, "stat");
+    ck_assert_str_eq(cJSON_GetObjectItem(job, "state")->valuestring, "forming");
+    ck_assert_int_eq(cJSON_GetObjectItem(job, "world_size")->valueint, 2);
+    cJSON *member = cJSON_GetArrayItem(cJSON_GetObjectItem(job, "members"), 0);
+    ck_assert_int_eq(cJSON_GetObjectItem(member, "rank")->valueint, 1);
+    ck_assert_int_eq(cJSON_GetObjectItem(member, "pid")->valueint, waiting.pid);
+    cJSON_Delete(root);
+    proc_close(&ctl);
+
+    /* The waiting log names the missing rank. */
+    ck_assert_msg(proc_expect(&d.p, "job 'stat': 1/2 joined, missing ranks {0}", WAIT_MS, NULL, 0), "%s",
+                  proc_output(&d.p));
+
+    const char *argv_table[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", NULL};
+    proc_start(&ctl, argv_table, NULL);
+    ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&ctl), "job 'stat': forming, 1/2 members"), "%s", proc_output(&ctl));
+    proc_close(&ctl);
+
+    /* ddpctl against nothing: a clear error, not a hang. */
+    const char *argv_none[] = {DDPCTL_PATH, "--coordinator", "tcp://127.0.0.1:1", "--timeout-ms", "300", NULL};
+    proc_start(&ctl, argv_none, NULL);
+    ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 1);
+    ck_assert(strstr(proc_output(&ctl), "no answer from ddpd at 'tcp://127.0.0.1:1' within 300 ms"));
+    proc_close(&ctl);
+    proc_close(&waiting);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_sigterm_tells_members) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc a, b;
+    const char *hang[] = {"--barriers", "2", "--hang-at", "0", NULL};
+    member_start(&a, &d, 2, 0, "term", NULL);
+    member_start(&b, &d, 2, 1, "term", hang);
+    ck_assert(proc_expect(&a, "joined rank 0", WAIT_MS, NULL, 0));
+    ck_assert(proc_expect(&b, "joined rank 1", WAIT_MS, NULL, 0));
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    char line[512];
+    ck_assert_msg(proc_expect(&a, "barrier 0 failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&a));
+    ck_assert_msg(strstr(line, "ddpd is shutting down (SIGTERM)"), "%s", line);
+    ck_assert_int_eq(proc_wait(&a, WAIT_MS), 3);
+    proc_close(&a);
+    proc_close(&b);
+}
+END_TEST
+
+START_TEST(test_no_coordinator) {
+    /* Port 1 on loopback: nothing listens. The default wait is 10 s; a test needs less. */
+    proc m;
+    const char *env[] = {"DDP_COORDINATOR=tcp://127.0.0.1:1", "WORLD_SIZE=2", "DDP_CONNECT_TIMEOUT_MS=300", NULL};
+    const char *argv[] = {MEMBER_PATH, NULL};
+    proc_start(&m, argv, env);
+    char line[512];
+    ck_assert(proc_expect(&m, "init failed", WAIT_MS, line, sizeof(line)));
+    ck_assert_msg(strstr(line, "no coordinator answered at tcp://127.0.0.1:1 within 300 ms"), "%s", line);
+    ck_assert_int_eq(proc_wait(&m, WAIT_MS), 2);
+    proc_close(&m);
+}
+END_TEST
+
+START_TEST(test_join_timeout) {
+    ddpd_proc d;
+    const char *args[] = {"--join-timeout", "1", NULL};
+    ddpd_start(&d, args);
+    proc m;
+    member_start(&m, &d, 3, 2, "slow", NULL);
+    char line[512];
+    ck_assert(proc_expect(&m, "init failed", WAIT_MS, line, sizeof(line)));
+    ck_assert_msg(strstr(line, "job 'slow' did not form within 1 s: 1/3 joined, missing ranks {0, 1}"), "%s", line);
+    ck_assert_int_eq(proc_wait(&m, WAIT_MS), 2);
+    proc_close(&m);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_bad_environment) {
+    const char *env[] = {"DDP_COORDINATOR=tcp://127.0.0.1:1", "WORLD_SIZE=two", NULL};
+    const char *argv[] = {MEMBER_PATH, NULL};
+    proc m;
+    proc_start(&m, argv, env);
+    ck_assert(proc_expect(&m, "environment WORLD_SIZE='two' is not an integer", WAIT_MS, NULL, 0));
+    ck_assert_int_eq(proc_wait(&m, WAIT_MS), 2);
+    proc_close(&m);
+}
+END_TEST
+
+/* Two hand-made members share a store. */
+START_TEST(test_store) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    void *peer[2];
+    uint64_t generation = 0;
+    for (int i = 0; i < 2; i++) {
+        peer[i] = raw_connect(ctx, d.endpoint);
+        Ddp__Join join = DDP__JOIN__INIT;
+        join.world_size = 2;
+        join.rank = i;
+        join.pid = (uint32_t)(1000 + i);
+        join.host = (char *)"test";
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "kv", -1, 0, 1);
+        env.join = &join;
+        ck_assert_int_eq(wire_send(peer[i], NULL, 0, &env, NULL, 0), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(peer[i], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
+        ck_assert_uint_eq(msg.env->welcome->rank, (unsigned)i);
+        generation = msg.env->welcome->generation;
+        wire_msg_close(&msg);
+    }
+
+    /* Rank 1 waits for a key rank 0 has not set yet. */
+    Ddp__StoreWait wait = DDP__STORE_WAIT__INIT;
+    char *keys[] = {(char *)"addr"};
+    wait.keys = keys;
+    wait.n_keys = 1;
+    wait.timeout_ms = 20000;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_WAIT, "kv", 1, generation, 5);
+    env.store_wait = &wait;
+    ck_assert_int_eq(wire_send(peer[1], NULL, 0, &env, NULL, 0), 0);
+
+    Ddp__StoreSet set = DDP__STORE_SET__INIT;
+    set.key = (char *)"addr";
+    set.value.data = (uint8_t *)"tcp://10.0.0.1:1";
+    set.value.len = 16;
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_SET, "kv", 0, generation, 6);
+    env.store_set = &set;
+    wire_msg msg;
+    ck_assert_int_eq(raw_request(peer[0], &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__STORE_VALUE);
+    ck_assert_uint_eq(msg.env->seq, 6);
+    wire_msg_close(&msg);
+
+    ck_assert_int_eq(raw_next(peer[1], WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__STORE_VALUE);
+    ck_assert_uint_eq(msg.env->seq, 5);
+    ck_assert(msg.env->store_value->found);
+    ck_assert_mem_eq(msg.env->store_value->value.data, "tcp://10.0.0.1:1", 16);
+    wire_msg_close(&msg);
+
+    Ddp__StoreGet get = DDP__STORE_GET__INIT;
+    get.key = (char *)"missing";
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_GET, "kv", 1, generation, 7);
+    env.store_get = &get;
+    ck_assert_int_eq(raw_request(peer[1], &env, WAIT_MS, &msg), 0);
+    ck_assert(!msg.env->store_value->found);
+    wire_msg_close(&msg);
+
+    /* A wait that times out says so. */
+    keys[0] = (char *)"never";
+    wait.timeout_ms = 100;
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_WAIT, "kv", 1, generation, 8);
+    env.store_wait = &wait;
+    ck_assert_int_eq(raw_request(peer[1], &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ERROR);
+    ck_assert_int_eq(msg.env->error->code, -ETIMEDOUT);
+    ck_assert_msg(strstr(msg.env->error->message, "store-wait for 'never' in job 'kv' timed out after 100 ms"), "%s",
+                  msg.env->error->message);
+    wire_msg_close(&msg);
+
+    /* A value over the limit is refused by name, and nothing else changes. */
+    set.value.len = DDP_MAX_STORE_VALUE + 1;
+    set.value.data = calloc(1, set.value.len);
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_SET, "kv", 0, generation, 9);
+    env.store_set = &set;
+    ck_assert_int_eq(raw_request(peer[0], &env, WAIT_MS, &msg), 0);
+    free(set.value.data);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ERROR);
+    ck_assert_msg(strstr(msg.env->error->message, "store-set: value of 1048577 bytes exceeds 1048576"), "%s",
+                  msg.env->error->message);
+    wire_msg_close(&msg);
+
+    /* A stale generation is refused. */
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_GET, "kv", 1, generation + 1, 10);
+    env.store_get = &get;
+    ck_assert_int_eq(raw_request(peer[1], &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->error->code, -ESTALE);
+    wire_msg_close(&msg);
+
+    for (int i = 0; i < 2; i++)
+        zmq_close(peer[i]);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_ddpd_flags) {
+    struct {
+        const char *args[4];
+        const char *expected;
+    } cases[] = {
+        {{"--heartbeat-ms", "5"}, "--heartbeat-ms: 5 is out of range [10, 60000]"},
+        {{"--liveness", "x"}, "--liveness: 'x' is not an integer"},
+        {{"--no-such-flag"}, "unknown option '--no-such-flag'"},
+        {{"--log-level", "loud"}, "--log-level: 'loud' is not one of error warn info debug"},
+        {{"--config", "/nonexistent/ddpd.conf"}, "/nonexistent/ddpd.conf: cannot open config file"},
+        {{"--listen", "tcp://256.1.1.1:5"}, "Failed to bind 'tcp://256.1.1.1:5'"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[8] = {DDPD_PATH};
+        size_t n = 1;
+        for (size_t k = 0; cases[i].args[k]; k++)
+            argv[n++] = cases[i].args[k];
+        proc p;
+        proc_start(&p, argv, NULL);
+        int code = proc_wait(&p, WAIT_MS);
+        ck_assert_msg(code == 1 || code == 2, "%s exited %d", cases[i].args[0], code);
+        ck_assert_msg(strstr(proc_output(&p), cases[i].expected), "expected '%s' in: %s", cases[i].expected,
+                      proc_output(&p));
+        proc_close(&p);
+    }
+    const char *env[] = {"DDPD_HEARTBEAT_MS=99999999", NULL};
+    const char *argv[] = {DDPD_PATH, NULL};
+    proc p;
+    proc_start(&p, argv, env);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 2);
+    ck_assert(strstr(proc_output(&p), "environment DDPD_HEARTBEAT_MS: 99999999 is out of range"));
+    proc_close(&p);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("rendezvous");
+    TCase *tc = tcase_create("rendezvous");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_world_sizes, 0, 4);
+    tcase_add_test(tc, test_duplicate_rank_rejected);
+    tcase_add_test(tc, test_version_mismatch_rejected);
+    tcase_add_test(tc, test_killed_member_named_within_3s);
+    tcase_add_test(tc, test_garbage_flood);
+    tcase_add_test(tc, test_status_table_and_json);
+    tcase_add_test(tc, test_sigterm_tells_members);
+    tcase_add_test(tc, test_no_coordinator);
+    tcase_add_test(tc, test_join_timeout);
+    tcase_add_test(tc, test_bad_environment);
+    tcase_add_test(tc, test_store);
+    tcase_add_test(tc, test_ddpd_flags);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,222 @@
+#include "tests/integration/harness.h"
+
+#include <check.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+
+extern char **environ;
+
+/* Variables a member would otherwise inherit from whoever runs the tests. */
+static bool harness_inherited(const char *kv) {
+    static const char *const drop[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=",
+                                       "DDP_", "DDPD_", "DDPCTL_", NULL};
+    for (const char *const *d = drop; *d; d++)
+        if (strncmp(kv, *d, strlen(*d)) == 0)
+            return false;
+    return true;
+}
+
+void proc_start(proc *p, const char *const *argv, const char *const *env) {
+    memset(p, 0, sizeof(*p));
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC); /* the child keeps only its dup2'd stdout and stderr */
+    fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+    size_t n_env = 0, n_extra = 0;
+    while (environ[n_env])
+        n_env++;
+    while (env && env[n_extra])
+        n_extra++;
+    char **envp = calloc(n_env + n_extra + 1, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (harness_inherited(environ[i]))
+            envp[k++] = environ[i];
+    for (size_t i = 0; i < n_extra; i++)
+        envp[k++] = (char *)env[i];
+
+    p->pid = fork();
+    ck_assert_int_ge(p->pid, 0);
+    if (p->pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        dup2(fds[1], STDERR_FILENO);
+        execve(argv[0], (char *const *)argv, envp);
+        fprintf(stderr, "cannot run %s\n", argv[0]);
+        _exit(127);
+    }
+    free(envp);
+    close(fds[1]);
+    p->out = fds[0];
+    p->cap = 4096;
+    p->buf = calloc(1, p->cap);
+}
+
+/* Reads what is there, waiting at most timeout_ms for something. */
+static void proc_read(proc *p, int timeout_ms) {
+    if (p->eof)
+        return;
+    struct pollfd pfd = {.fd = p->out, .events = POLLIN};
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+        return;
+    if (p->len + 4096 + 1 > p->cap) {
+        p->cap *= 2;
+        p->buf = realloc(p->buf, p->cap);
+    }
+    ssize_t n = read(p->out, p->buf + p->len, p->cap - p->len - 1);
+    if (n <= 0)
+        p->eof = true;
+    else
+        p->len += (size_t)n;
+    p->buf[p->len] = '\0';
+}
+
+bool proc_expect(proc *p, const char *needle, int timeout_ms, char *line, size_t size) {
+    uint64_t deadline = clock_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        /* Look only at complete lines after the cursor. */
+        char *start = p->buf + p->cursor;
+        char *hit = strstr(start, needle);
+        if (hit) {
+            char *bol = hit, *eol = strchr(hit, '\n');
+            while (bol > start && bol[-1] != '\n')
+                bol--;
+            if (eol) {
+                if (line)
+                    snprintf(line, size, "%.*s", (int)(eol - bol), bol);
+                p->cursor = (size_t)(eol + 1 - p->buf);
+                return true;
+            }
+        }
+        if (p->eof || clock_now_ms() >= deadline)
+            return false;
+        proc_read(p, clock_ms_until(deadline));
+    }
+}
+
+int proc_wait(proc *p, int timeout_ms) {
+    uint64_t deadline = clock_now_ms() + (uint64_t)timeout_ms;
+    while (!p->reaped) {
+        /* Its output closes when it exits: wait on that, then reap. */
+        while (!p->eof && clock_now_ms() < deadline)
+            proc_read(p, clock_ms_until(deadline));
+        int status;
+        pid_t r = waitpid(p->pid, &status, p->eof ? 0 : WNOHANG);
+        if (r == p->pid) {
+            p->reaped = true;
+            p->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            break;
+        }
+        if (clock_now_ms() >= deadline) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &status, 0);
+            p->reaped = true;
+            p->status = -1;
+            return -1;
+        }
+    }
+    return p->status;
+}
+
+void proc_signal(proc *p, int sig) {
+    if (!p->reaped)
+        kill(p->pid, sig);
+}
+
+void proc_close(proc *p) {
+    if (p->pid > 0 && !p->reaped) {
+        kill(p->pid, SIGKILL);
+        waitpid(p->pid, NULL, 0);
+        p->reaped = true;
+    }
+    if (p->out > 0)
+        close(p->out);
+    free(p->buf);
+    p->buf = NULL;
+    p->out = -1;
+}
+
+const char *proc_output(proc *p) {
+    proc_read(p, 0);
+    return p->buf ? p->buf : "";
+}
+
+void ddpd_start(ddpd_proc *d, const char *const *extra_args) {
+    const char *argv[32] = {DDPD_PATH, "--listen", "tcp://127.0.0.1:*"};
+    size_t n = 3;
+    for (size_t i = 0; extra_args && extra_args[i] && n < 31; i++)
+        argv[n++] = extra_args[i];
+    argv[n] = NULL;
+    proc_start(&d->p, argv, NULL);
+    char line[512];
+    ck_assert_msg(proc_expect(&d->p, "listening on ", 10000, line, sizeof(line)), "ddpd did not start: %s",
+                  proc_output(&d->p));
+    ck_assert(sscanf(strstr(line, "listening on ") + 13, "%256s", d->endpoint) == 1);
+    const char *colon = strrchr(d->endpoint, ':');
+    snprintf(d->port, sizeof(d->port), "%s", colon + 1);
+}
+
+int ddpd_stop(ddpd_proc *d) {
+    proc_signal(&d->p, SIGTERM);
+    int code = proc_wait(&d->p, 10000);
+    proc_close(&d->p);
+    return code;
+}
+
+void member_start(proc *p, const ddpd_proc *d, int world_size, int rank, const char *job, const char *const *args) {
+    char env_buf[4][DDP_MAX_ENDPOINT + 32];
+    snprintf(env_buf[0], sizeof(env_buf[0]), "DDP_COORDINATOR=%s", d->endpoint);
+    snprintf(env_buf[1], sizeof(env_buf[1]), "WORLD_SIZE=%d", world_size);
+    snprintf(env_buf[2], sizeof(env_buf[2]), "DDP_JOB=%s", job ? job : "default");
+    snprintf(env_buf[3], sizeof(env_buf[3]), "RANK=%d", rank);
+    const char *env[] = {env_buf[0], env_buf[1], env_buf[2], rank >= 0 ? env_buf[3] : NULL, NULL};
+    const char *argv[16] = {MEMBER_PATH};
+    size_t n = 1;
+    for (size_t i = 0; args && args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    proc_start(p, argv, env); /* the child has its copy once fork returns */
+}
+
+void *raw_connect(void *zmq_ctx, const char *endpoint) {
+    void *s = zmq_socket(zmq_ctx, ZMQ_DEALER);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(wire_socket_setup(s, DDP_MAX_CONTROL_MSG_BYTES), 0);
+    ck_assert_int_eq(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+int raw_next(void *socket, int timeout_ms, wire_msg *msg) {
+    uint64_t deadline = clock_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        zmq_pollitem_t item = {.socket = socket, .events = ZMQ_POLLIN};
+        int n = zmq_poll(&item, 1, clock_ms_until(deadline));
+        if (n == 0) {
+            memset(msg, 0, sizeof(*msg));
+            return -ETIMEDOUT;
+        }
+        if (n < 0)
+            continue;
+        int r = wire_recv(socket, false, 0, msg);
+        if (r == 0 && msg->env->type == DDP__MSG_TYPE__HEARTBEAT) {
+            wire_msg_close(msg);
+            continue;
+        }
+        return r;
+    }
+}
+
+int raw_request(void *socket, const Ddp__Envelope *env, int timeout_ms, wire_msg *msg) {
+    int r = wire_send(socket, NULL, 0, env, NULL, 0);
+    if (r < 0)
+        return r;
+    return raw_next(socket, timeout_ms, msg);
+}

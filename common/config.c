@@ -262,7 +262,7 @@ int config_load(const config_spec *spec, void *target, int argc, char **argv, in
     char shortopts[2 * 64 + 2] = ":"; /* report missing values ourselves */
     if (!longopts)
         return -ENOMEM;
-    for (size_t i = 0, n = 2; i < spec->n_options; i++) {
+    for (size_t i = 0, n = strlen(shortopts); i < spec->n_options; i++) {
         const config_option *opt = &spec->options[i];
         longopts[i].name = opt->name;
         longopts[i].has_arg = opt->type == CONFIG_BOOL ? no_argument : required_argument;

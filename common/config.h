@@ -40,9 +40,10 @@ typedef struct {
 
 /* Fills target from defaults, then the file named by the "config" option (if the table
  * has one and it is set), then the environment, then argv. As with GNU getopt, operands
- * are moved after the options and "--" ends them; *ret_optind is the first operand. Returns 0, or -EINVAL with err
- * saying what is wrong ("--heartbeat-ms: 5 is out of range [10, 60000]"). The target's
- * strings are owned: config_free() releases them, also after a failure. */
+ * are moved after the options and "--" ends them; *ret_optind is the first operand.
+ * Returns 0, or a negative error (-EINVAL; -ENOENT for a config file that cannot be
+ * opened) with err saying what is wrong: "--heartbeat-ms: 5 is out of range [10, 60000]".
+ * The target's strings are owned: config_free() releases them, also after a failure. */
 int config_load(const config_spec *spec, void *target, int argc, char **argv, int *ret_optind, char *err,
                 size_t err_size);
 

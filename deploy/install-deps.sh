@@ -1,0 +1,33 @@
+#!/bin/sh
+# Installs every Debian package that ddpd's build, its tests and the default dataset need.
+# Idempotent and non-interactive; run as root (or through sudo).
+set -eu
+
+packages="
+  build-essential cmake pkg-config
+  libzmq3-dev
+  libprotobuf-c-dev protobuf-c-compiler
+  check
+  libopenblas-dev
+  zlib1g-dev
+  libinih-dev
+  libcjson-dev
+  libsystemd-dev
+  dataset-fashion-mnist
+"
+
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+  echo "install-deps: everything is installed"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -q --no-install-recommends $missing

@@ -1,0 +1,35 @@
+#!/bin/sh
+# Installs the build into a scratch prefix and builds a program against it the way a user
+# would: with pkg-config and nothing from the source tree.
+set -eu
+build_dir=$1
+extra_cflags=${2:-}   # the sanitizer flags, when the library was built with them
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+
+cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+for f in bin/ddpd bin/ddpctl include/ddp/ddp.h lib/libddp.so lib/pkgconfig/ddp.pc; do
+  [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
+done
+"$prefix/bin/ddpd" --version | grep -q "^ddpd "
+
+cat > "$prefix/app.c" <<'C'
+#include <ddp/ddp.h>
+#include <stdio.h>
+int main(void) {
+    ddp_options o = DDP_OPTIONS_INIT;
+    (void)o;
+    puts(ddp_strerror(-110));
+    return 0;
+}
+C
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Werror $extra_cflags -o "$prefix/app" "$prefix/app.c" $(pkg-config --cflags --libs ddp)
+out=$(LD_LIBRARY_PATH="$prefix/lib" "$prefix/app")
+[ "$out" = "timed out" ] || { echo "unexpected output: $out"; exit 1; }
+# Only the public API leaves the library.
+if nm -D --defined-only "$prefix/lib/libddp.so" | awk '{print $3}' | grep -v '^ddp_' | grep -v '^_' ; then
+  echo "libddp.so exports symbols outside the ddp_ namespace"; exit 1
+fi
+echo "install: ok"

@@ -6,7 +6,7 @@
 /* Jobs and members */
 #define DDP_MAX_WORLD_SIZE 1024      /* members of one job */
 #define DDP_MAX_JOBS 256             /* jobs ddpd holds at once, forming or running */
-#define DDP_MAX_PEERS 4096           /* connections ddpd tracks at once */
+#define DDP_MAX_PEERS 4096           /* members of all jobs together */
 #define DDP_MAX_JOB_NAME 64          /* bytes, [A-Za-z0-9._-] */
 #define DDP_MAX_MODE 16              /* bytes */
 #define DDP_MAX_HOST 255             /* bytes, as HOST_NAME_MAX */
@@ -23,7 +23,7 @@
 
 /* Framing: [envelope][payload...] */
 #define DDP_MAX_PAYLOAD_FRAMES 8
-#define DDP_MAX_ENVELOPE_BYTES (2u << 20)  /* a Welcome for the largest world, a store value */
+#define DDP_MAX_ENVELOPE_BYTES (4u << 20)  /* a status of DDP_MAX_PEERS members, a store value */
 #define DDP_MAX_CONTROL_MSG_BYTES (64ll << 20) /* ZMQ_MAXMSGSIZE of control sockets */
 #define DDP_MAX_DATA_MSG_BYTES (256ll << 20)   /* ZMQ_MAXMSGSIZE of data sockets */
 

@@ -178,11 +178,18 @@ static void server_on_join(server *s, const wire_msg *msg) {
     }
 
     job *j = server_find_job(s, env->job, NULL);
+    size_t n_members = 0;
+    for (size_t i = 0; i < s->n_jobs; i++)
+        n_members += s->jobs[i]->n_members;
     int r = 0;
     if (j)
         r = job_check_join(j, jn->world_size, jn->mode, jn->rank, reason, sizeof(reason));
     else if (s->n_jobs == DDP_MAX_JOBS) {
         snprintf(reason, sizeof(reason), "ddpd already holds %d jobs", DDP_MAX_JOBS);
+        r = -ENOSPC;
+    }
+    if (r == 0 && n_members >= DDP_MAX_PEERS) {
+        snprintf(reason, sizeof(reason), "ddpd already holds %d members", DDP_MAX_PEERS);
         r = -ENOSPC;
     }
     if (r < 0) {
@@ -604,9 +611,13 @@ int server_open(server *s, const server_options *opts) {
     s->router = zmq_socket(s->zmq_ctx, ZMQ_ROUTER);
     if (!s->router)
         return -errno;
-    int mandatory = 1; /* an unknown peer is an error, not a silent drop */
+    int on = 1, ipv6 = strchr(opts->listen, '[') != NULL;
     int r = wire_socket_setup(s->router, DDP_MAX_CONTROL_MSG_BYTES);
-    if (r == 0 && zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof(mandatory)) < 0)
+    /* An unknown peer is an error, not a silent drop; a member that reconnects with its
+     * routing id keeps its place. */
+    if (r == 0 && (zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &on, sizeof(on)) < 0 ||
+                   zmq_setsockopt(s->router, ZMQ_ROUTER_HANDOVER, &on, sizeof(on)) < 0 ||
+                   zmq_setsockopt(s->router, ZMQ_IPV6, &ipv6, sizeof(ipv6)) < 0))
         r = -errno;
     if (r < 0) {
         log_error("Failed to configure the control socket: %s", error_string(r));

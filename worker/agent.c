@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "common/clock.h"
@@ -129,6 +130,18 @@ static void *agent_main(void *arg) {
     return NULL;
 }
 
+static void agent_routing_id(uint8_t *id, size_t size) {
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t got = f ? fread(id, 1, size, f) : 0;
+    if (f)
+        fclose(f);
+    if (got < size) { /* no urandom: pid and clock are unique enough on one host */
+        uint64_t seed[2] = {(uint64_t)getpid(), clock_now_us()};
+        memcpy(id, seed, size < sizeof(seed) ? size : sizeof(seed));
+    }
+    id[0] |= 0x80;
+}
+
 int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms) {
     static _Atomic unsigned long pipe_counter;
     char pipe_name[64];
@@ -143,13 +156,20 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     a->control = zmq_socket(zmq_ctx, ZMQ_DEALER);
     if (!a->pipe || !a->agent_pipe || !a->control)
         r = -errno;
-    int linger = 0, ipv6 = strchr(coordinator, '[') != NULL;
-    if (r == 0 && (zmq_setsockopt(a->pipe, ZMQ_LINGER, &linger, sizeof(linger)) < 0 ||
-                   zmq_setsockopt(a->agent_pipe, ZMQ_LINGER, &linger, sizeof(linger)) < 0 ||
-                   zmq_setsockopt(a->control, ZMQ_IPV6, &ipv6, sizeof(ipv6)) < 0))
-        r = -errno;
+    /* Our own routing id, so that ddpd knows us again if the connection is re-made. ZeroMQ
+     * reserves ids that start with a zero byte. */
+    uint8_t id[16];
+    agent_routing_id(id, sizeof(id));
+    int ipv6 = strchr(coordinator, '[') != NULL;
+    if (r == 0)
+        r = wire_socket_setup(a->pipe, sizeof(agent_event *));
+    if (r == 0)
+        r = wire_socket_setup(a->agent_pipe, DDP_MAX_CONTROL_MSG_BYTES);
     if (r == 0)
         r = wire_socket_setup(a->control, DDP_MAX_CONTROL_MSG_BYTES);
+    if (r == 0 && (zmq_setsockopt(a->control, ZMQ_IPV6, &ipv6, sizeof(ipv6)) < 0 ||
+                   zmq_setsockopt(a->control, ZMQ_ROUTING_ID, id, sizeof(id)) < 0))
+        r = -errno;
     if (r == 0 && (zmq_bind(a->agent_pipe, pipe_name) < 0 || zmq_connect(a->pipe, pipe_name) < 0))
         r = -errno;
     if (r == 0 && zmq_connect(a->control, coordinator) < 0)

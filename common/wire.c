@@ -175,6 +175,11 @@ int wire_recv(void *socket, bool router, int flags, wire_msg *msg) {
         msg->n_payload++;
     }
 
+    if (env_size == 0) { /* it would decode as all defaults: call it what it is */
+        zmq_msg_close(&frame);
+        wire_msg_close(msg);
+        return wire_fail(msg, -EBADMSG, "%s", "empty envelope frame");
+    }
     msg->env = ddp__envelope__unpack(NULL, env_size, zmq_msg_data(&frame));
     zmq_msg_close(&frame);
     if (!msg->env) {
@@ -294,15 +299,23 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
         return 0;
     case DDP__ENVELOPE__BODY_STATUS_REPLY: {
         const Ddp__StatusReply *s = env->status_reply;
+        CHECK(wire_text_valid(s->version, 32, false), "status: invalid version");
         CHECK(s->n_jobs <= DDP_MAX_JOBS, "status: %zu jobs exceed %d", s->n_jobs, DDP_MAX_JOBS);
         for (size_t i = 0; i < s->n_jobs; i++) {
             const Ddp__JobStatus *j = s->jobs[i];
             CHECK(wire_name_valid(j->name, DDP_MAX_JOB_NAME), "status: invalid job name");
-            CHECK(j->n_members <= DDP_MAX_WORLD_SIZE, "status: too many members");
-            for (size_t k = 0; k < j->n_members; k++)
-                CHECK(wire_text_valid(j->members[k]->host, DDP_MAX_HOST, true) &&
-                          wire_text_valid(j->members[k]->endpoint, DDP_MAX_ENDPOINT, true),
+            CHECK(strcmp(j->state, "forming") == 0 || strcmp(j->state, "running") == 0, "status: invalid job state");
+            CHECK(!j->mode[0] || wire_name_valid(j->mode, DDP_MAX_MODE), "status: invalid mode");
+            CHECK(j->world_size >= 1 && j->world_size <= DDP_MAX_WORLD_SIZE, "status: world size %u out of range",
+                  j->world_size);
+            CHECK(j->n_members <= j->world_size, "status: %zu members for world size %u", j->n_members, j->world_size);
+            for (size_t k = 0; k < j->n_members; k++) {
+                const Ddp__MemberStatus *m = j->members[k];
+                CHECK(m->rank >= -1 && m->rank < (int32_t)j->world_size, "status: member rank %d out of range",
+                      m->rank);
+                CHECK(wire_text_valid(m->host, DDP_MAX_HOST, true) && wire_text_valid(m->endpoint, DDP_MAX_ENDPOINT, true),
                       "status: invalid member");
+            }
         }
         return 0;
     }

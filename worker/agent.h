@@ -6,6 +6,7 @@
  * an Abort. The caller sends through the agent too: a ZeroMQ socket has one owner. */
 #pragma once
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -28,6 +29,11 @@ typedef struct {
     int connect_timeout_ms;
     pthread_t thread;
     bool running;
+    /* The job's end, for waits on the data plane: abort_fd (an eventfd) turns readable
+     * once, after abort_code and abort_text are set. */
+    int abort_fd;
+    _Atomic int abort_code;
+    char abort_text[DDP_MAX_REASON + 64];
 } agent;
 
 /* Connects to the coordinator and starts the thread. */

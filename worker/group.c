@@ -8,11 +8,12 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "worker/coll.h"
 #include "worker/group.h"
 
 #define DDP_EXPORT __attribute__((visibility("default")))
 
-static _Thread_local char init_error[DDP_MAX_REASON + 64];
+static _Thread_local char init_error[DDP_MAX_REASON + 256];
 
 /* ---- options ---------------------------------------------------------------------- */
 
@@ -195,6 +196,9 @@ int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int
 /* ---- the group -------------------------------------------------------------------- */
 
 static void group_free(ddp_group *g) {
+    comm_close(g);
+    pthread_mutex_destroy(&g->queue_lock);
+    pthread_cond_destroy(&g->queue_changed);
     if (g->endpoints)
         for (int i = 0; i < g->world_size; i++)
             free(g->endpoints[i]);
@@ -211,6 +215,11 @@ static int group_bind_data(ddp_group *g, const char *endpoint) {
     if (!g->data)
         return -errno;
     TRY(wire_socket_setup(g->data, DDP_MAX_DATA_MSG_BYTES));
+    /* No high-water mark: a collective bounds what is in flight, and a dropped or stalled
+     * chunk would only turn into a timeout. Set before bind, where it takes effect. */
+    int unlimited = 0;
+    if (zmq_setsockopt(g->data, ZMQ_RCVHWM, &unlimited, sizeof(unlimited)) < 0)
+        return -errno;
     if (zmq_bind(g->data, endpoint) < 0) {
         int r = -errno;
         snprintf(init_error, sizeof(init_error), "Failed to bind the data endpoint '%s': %s", endpoint,
@@ -284,6 +293,8 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
     g->world_size = s.world_size;
     g->local_rank = s.local_rank;
     g->timeout_ms = s.timeout_ms;
+    pthread_mutex_init(&g->queue_lock, NULL);
+    pthread_cond_init(&g->queue_changed, NULL);
     g->zmq_ctx = zmq_ctx_new();
     if (!g->zmq_ctx) {
         r = -errno;
@@ -299,6 +310,10 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
     }
     if ((r = group_join(g, &s)) < 0)
         goto fail;
+    if ((r = comm_init(g)) < 0) {
+        snprintf(init_error, sizeof(init_error), "out of memory");
+        goto fail;
+    }
     *ret_group = g;
     return 0;
 fail:
@@ -312,6 +327,7 @@ fail:
 DDP_EXPORT void ddp_finalize(ddp_group *g) {
     if (!g)
         return;
+    coll_shutdown(g);
     Ddp__Leave body = DDP__LEAVE__INIT;
     Ddp__Envelope env;
     group_envelope(g, &env, DDP__MSG_TYPE__LEAVE);

@@ -6,6 +6,7 @@
 #include "common/limits.h"
 #include "ddp/ddp.h"
 #include "worker/agent.h"
+#include "worker/comm.h"
 
 struct ddp_group {
     char coordinator[DDP_MAX_ENDPOINT + 1];
@@ -20,8 +21,19 @@ struct ddp_group {
     void *data;               /* this rank's data socket, bound at init */
     char data_endpoint[DDP_MAX_ENDPOINT + 1];
     agent agent;
+    comm comm;
+    uint64_t coll_seq;        /* collectives issued so far, every rank in the same order */
     int failed;               /* the first fatal error (an Abort, a lost coordinator), or 0 */
-    char last_error[DDP_MAX_REASON + 64];
+    char last_error[DDP_MAX_REASON + 256];
+
+    /* The communication thread that runs async requests, in order, one at a time. */
+    pthread_t comm_thread;
+    bool comm_thread_started;
+    pthread_mutex_t queue_lock;
+    pthread_cond_t queue_changed;
+    struct ddp_request *queue_head, *queue_tail;
+    bool comm_busy;           /* a request is running on it */
+    bool stopping;
 };
 
 /* Records err and its description as the group's last error; returns err. */

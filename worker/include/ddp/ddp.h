@@ -15,6 +15,11 @@ extern "C" {
 #endif
 
 typedef struct ddp_group ddp_group;
+typedef struct ddp_request ddp_request;
+
+typedef enum { DDP_F32, DDP_F64, DDP_F16, DDP_BF16, DDP_I32, DDP_I64, DDP_U8 } ddp_dtype;
+/* DDP_AVG divides the sum by the world size; on integer types it is -EINVAL, as in NCCL. */
+typedef enum { DDP_SUM, DDP_PROD, DDP_MIN, DDP_MAX, DDP_AVG } ddp_op;
 
 /* Start from DDP_OPTIONS_INIT (or ddp_options_init()): a field left unset is taken from
  * the environment, as torchrun sets it, then from the default. */
@@ -52,6 +57,28 @@ int ddp_local_rank(const ddp_group *g);
 /* Returns once every rank has entered it. -ECONNABORTED when a member died or the job was
  * aborted, -EPIPE when a member left, -ETIMEDOUT after timeout_ms. */
 int ddp_barrier(ddp_group *g);
+
+/* Collectives and point-to-point. Every rank calls the same collectives in the same order
+ * with the same count, dtype, op and root; a rank that does not gets -EINVAL naming the
+ * difference, not garbage. count is elements per rank: gather and all_gather's recv holds
+ * world*count, scatter's send holds world*count, reduce_scatter's send holds world*count
+ * and its recv count. Results are bitwise identical on every rank and from run to run.
+ * Each call waits at most timeout_ms; a dead peer ends it with an error naming the rank. */
+int ddp_send(ddp_group *g, const void *buf, size_t count, ddp_dtype t, int dst, int tag);
+int ddp_recv(ddp_group *g, void *buf, size_t count, ddp_dtype t, int src, int tag);
+int ddp_broadcast(ddp_group *g, void *buf, size_t count, ddp_dtype t, int root);
+int ddp_reduce(ddp_group *g, void *buf, size_t count, ddp_dtype t, ddp_op op, int root);
+int ddp_all_reduce(ddp_group *g, void *buf, size_t count, ddp_dtype t, ddp_op op);
+int ddp_gather(ddp_group *g, const void *send, void *recv, size_t count, ddp_dtype t, int root);
+int ddp_scatter(ddp_group *g, const void *send, void *recv, size_t count, ddp_dtype t, int root);
+int ddp_all_gather(ddp_group *g, const void *send, void *recv, size_t count, ddp_dtype t);
+int ddp_reduce_scatter(ddp_group *g, const void *send, void *recv, size_t count, ddp_dtype t, ddp_op op);
+
+/* Starts an all-reduce on the group's communication thread and returns at once; buf must
+ * stay untouched until ddp_wait(). Calls on the group after it run after it, in order. */
+int ddp_all_reduce_async(ddp_group *g, void *buf, size_t count, ddp_dtype t, ddp_op op, ddp_request **ret_req);
+/* Completes the request, frees it and returns its result. */
+int ddp_wait(ddp_request *req);
 
 const char *ddp_strerror(int err);
 /* What went wrong in the group's last failed call, e.g. "rank 2 (pid 4242 on lab1) died:

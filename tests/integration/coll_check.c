@@ -1,0 +1,287 @@
+/* Checks every collective against a serial reference, as one rank of a group formed from
+ * the environment (run N of them under ddpd, or with ddp-run):
+ *   coll_check [--counts 0,1,7,1000,1048579] [--dtypes f32,...] [--async K]
+ * For each count, dtype and op it runs all_reduce, reduce, reduce_scatter, broadcast,
+ * gather, scatter, all_gather and send/recv. Every rank can compute every rank's input, so
+ * each checks its own result: integers exactly, floats within a tolerance for their
+ * precision. All-reduce results are hashed and all-gathered to check that every rank holds
+ * the same bits. Prints one line per failure and "coll_check: rank R: P passed, F failed". */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "ddp/ddp.h"
+
+static int rank, world;
+static long passed, failed;
+static const char *const dtype_names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+static const char *const op_names[] = {"sum", "prod", "min", "max", "avg"};
+
+/* Rank r's element i: small values so that products of 8 stay in range, with eighths for
+ * the floats so that rounding is exercised. */
+static double input_value(int r, uint64_t i, ddp_dtype t) {
+    double v = (double)((i * 7 + (uint64_t)r * 3) % 5);
+    if (t == DDP_U8)
+        return v;
+    v -= 2;
+    if (t == DDP_F32 || t == DDP_F64 || t == DDP_F16 || t == DDP_BF16)
+        v += 0.125 * (double)((i + (uint64_t)r) % 3);
+    return v;
+}
+
+static void store(void *buf, uint64_t i, ddp_dtype t, double v) {
+    switch (t) {
+    case DDP_F32: ((float *)buf)[i] = (float)v; break;
+    case DDP_F64: ((double *)buf)[i] = v; break;
+    case DDP_F16: ((uint16_t *)buf)[i] = float_to_half((float)v); break;
+    case DDP_BF16: ((uint16_t *)buf)[i] = float_to_bf16((float)v); break;
+    case DDP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case DDP_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case DDP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    }
+}
+
+static double load(const void *buf, uint64_t i, ddp_dtype t) {
+    switch (t) {
+    case DDP_F32: return ((const float *)buf)[i];
+    case DDP_F64: return ((const double *)buf)[i];
+    case DDP_F16: return half_to_float(((const uint16_t *)buf)[i]);
+    case DDP_BF16: return bf16_to_float(((const uint16_t *)buf)[i]);
+    case DDP_I32: return ((const int32_t *)buf)[i];
+    case DDP_I64: return (double)((const int64_t *)buf)[i];
+    case DDP_U8: return ((const uint8_t *)buf)[i];
+    }
+    return 0;
+}
+
+static bool is_float(ddp_dtype t) {
+    return t == DDP_F32 || t == DDP_F64 || t == DDP_F16 || t == DDP_BF16;
+}
+
+/* The reduction of element i over ranks 0..world-1, in double; u8 wraps as it does on the wire. */
+static double reference(uint64_t i, ddp_dtype t, ddp_op op) {
+    double acc = input_value(0, i, t);
+    for (int r = 1; r < world; r++) {
+        double x = input_value(r, i, t);
+        switch (op) {
+        case DDP_SUM: case DDP_AVG: acc += x; break;
+        case DDP_PROD: acc *= x; break;
+        case DDP_MIN: acc = x < acc ? x : acc; break;
+        case DDP_MAX: acc = x > acc ? x : acc; break;
+        }
+        if (t == DDP_U8)
+            acc = (double)(uint8_t)(unsigned)acc;
+    }
+    return op == DDP_AVG ? acc / world : acc;
+}
+
+static bool close_enough(double got, double want, ddp_dtype t) {
+    if (!is_float(t))
+        return got == want;
+    double tol = t == DDP_F64 ? 1e-12 : t == DDP_F32 ? 1e-5 : t == DDP_F16 ? 1e-2 : 5e-2;
+    return fabs(got - want) <= tol * (fabs(want) > 1 ? fabs(want) : 1);
+}
+
+static void check(bool ok, const char *what, uint64_t count, ddp_dtype t, int op, const char *detail) {
+    if (ok) {
+        passed++;
+        return;
+    }
+    failed++;
+    printf("FAIL rank %d world %d: %s count %llu %s%s%s: %s\n", rank, world, what, (unsigned long long)count,
+           dtype_names[t], op >= 0 ? " " : "", op >= 0 ? op_names[op] : "", detail);
+}
+
+static void check_call(int r, ddp_group *g, const char *what, uint64_t count, ddp_dtype t, int op) {
+    if (r == 0)
+        return;
+    char detail[600];
+    snprintf(detail, sizeof(detail), "returned %d (%s): %s", r, ddp_strerror(r), ddp_last_error(g));
+    check(false, what, count, t, op, detail);
+    printf("coll_check: rank %d: %ld passed, %ld failed\n", rank, passed, failed);
+    exit(1); /* the group is unusable after a failed collective */
+}
+
+/* Compares buf[0..n) with want(i), reporting the first difference. */
+#define EXPECT_ELEMENTS(what, count, t, op, n, buf, want_expr)                                   \
+    do {                                                                                         \
+        char detail_[160] = "";                                                                  \
+        for (uint64_t i = 0; i < (n) && !detail_[0]; i++) {                                      \
+            double want_ = (want_expr), got_ = load((buf), i, (t));                             \
+            if (!close_enough(got_, want_, (t)))                                                 \
+                snprintf(detail_, sizeof(detail_), "element %llu is %g, expected %g",             \
+                         (unsigned long long)i, got_, want_);                                    \
+        }                                                                                        \
+        check(!detail_[0], (what), (count), (t), (op), detail_);                                 \
+    } while (0)
+
+static uint64_t fnv1a(const void *buf, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const uint8_t *)buf)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Every rank must hold the same bits: gather the hashes everywhere and compare. */
+static void check_identical(ddp_group *g, const void *buf, size_t bytes, const char *what, uint64_t count,
+                            ddp_dtype t, int op) {
+    uint64_t mine = fnv1a(buf, bytes), *all = calloc((size_t)world, sizeof(uint64_t));
+    check_call(ddp_all_gather(g, &mine, all, 1, DDP_I64), g, "all_gather of hashes", 1, DDP_I64, -1);
+    bool same = true;
+    for (int r = 0; r < world; r++)
+        same = same && all[r] == all[0];
+    check(same, what, count, t, op, "ranks hold different bits");
+    free(all);
+}
+
+static void fill_input(void *buf, int r, uint64_t n, ddp_dtype t) {
+    for (uint64_t i = 0; i < n; i++)
+        store(buf, i, t, input_value(r, i, t));
+}
+
+static void run_reductions(ddp_group *g, uint64_t count, ddp_dtype t, size_t es, int root) {
+    void *buf = malloc(count * es + 1), *big = malloc((size_t)world * count * es + 1),
+         *out = malloc(count * es + 1);
+    for (int op = DDP_SUM; op <= DDP_AVG; op++) {
+        if (op == DDP_AVG && !is_float(t)) {
+            int r = ddp_all_reduce(g, buf, count, t, DDP_AVG);
+            check(r == -EINVAL, "all_reduce avg on integers", count, t, op, "not refused with -EINVAL");
+            continue;
+        }
+        fill_input(buf, rank, count, t);
+        check_call(ddp_all_reduce(g, buf, count, t, (ddp_op)op), g, "all_reduce", count, t, op);
+        EXPECT_ELEMENTS("all_reduce", count, t, op, count, buf, reference(i, t, (ddp_op)op));
+        check_identical(g, buf, count * es, "all_reduce", count, t, op);
+
+        fill_input(buf, rank, count, t);
+        check_call(ddp_reduce(g, buf, count, t, (ddp_op)op, root), g, "reduce", count, t, op);
+        if (rank == root)
+            EXPECT_ELEMENTS("reduce at the root", count, t, op, count, buf, reference(i, t, (ddp_op)op));
+        else
+            EXPECT_ELEMENTS("reduce leaves other ranks' buffers", count, t, op, count, buf, input_value(rank, i, t));
+
+        /* reduce_scatter: block k of rank r's input is input_value(r, k*count + i) */
+        fill_input(big, rank, (uint64_t)world * count, t);
+        check_call(ddp_reduce_scatter(g, big, out, count, t, (ddp_op)op), g, "reduce_scatter", count, t, op);
+        EXPECT_ELEMENTS("reduce_scatter", count, t, op, count, out,
+                        reference((uint64_t)rank * count + i, t, (ddp_op)op));
+    }
+    free(buf);
+    free(big);
+    free(out);
+}
+
+static void run_data_movement(ddp_group *g, uint64_t count, ddp_dtype t, size_t es, int root) {
+    size_t bytes = count * es, all = (size_t)world * bytes;
+    char *buf = malloc(bytes + 1), *big = malloc(all + 1), *mine = malloc(bytes + 1);
+
+    fill_input(buf, rank, count, t);
+    if (rank != root)
+        memset(buf, 0, bytes);
+    check_call(ddp_broadcast(g, buf, count, t, root), g, "broadcast", count, t, -1);
+    EXPECT_ELEMENTS("broadcast", count, t, -1, count, buf, input_value(root, i, t));
+
+    fill_input(mine, rank, count, t);
+    memset(big, 0, all);
+    check_call(ddp_gather(g, mine, rank == root ? big : NULL, count, t, root), g, "gather", count, t, -1);
+    if (rank == root)
+        EXPECT_ELEMENTS("gather", count, t, -1, (uint64_t)world * count, big, input_value((int)(i / count), i % count, t));
+
+    if (rank == root) /* block k is rank k's input */
+        for (int k = 0; k < world; k++)
+            fill_input(big + (size_t)k * bytes, k, count, t);
+    memset(buf, 0, bytes);
+    check_call(ddp_scatter(g, rank == root ? big : NULL, buf, count, t, root), g, "scatter", count, t, -1);
+    EXPECT_ELEMENTS("scatter", count, t, -1, count, buf, input_value(rank, i, t));
+
+    memset(big, 0, all);
+    check_call(ddp_all_gather(g, mine, big, count, t), g, "all_gather", count, t, -1);
+    EXPECT_ELEMENTS("all_gather", count, t, -1, (uint64_t)world * count, big, input_value((int)(i / count), i % count, t));
+
+    /* send/recv round the ring, with two tags sent in one order and received in the other */
+    if (world > 1) {
+        int right = (rank + 1) % world, left = (rank + world - 1) % world;
+        fill_input(mine, rank, count, t);
+        check_call(ddp_send(g, mine, count, t, right, 7), g, "send", count, t, -1);
+        check_call(ddp_send(g, mine, count > 0 ? count - 1 : 0, t, right, 8), g, "send", count, t, -1);
+        check_call(ddp_recv(g, buf, count > 0 ? count - 1 : 0, t, left, 8), g, "recv tag 8", count, t, -1);
+        EXPECT_ELEMENTS("recv tag 8", count, t, -1, count > 0 ? count - 1 : 0, buf, input_value(left, i, t));
+        check_call(ddp_recv(g, buf, count, t, left, 7), g, "recv tag 7", count, t, -1);
+        EXPECT_ELEMENTS("recv tag 7", count, t, -1, count, buf, input_value(left, i, t));
+    }
+    free(buf);
+    free(big);
+    free(mine);
+}
+
+/* Several all-reduces in flight at once, overlapped with work on this thread. */
+static void run_async(ddp_group *g, int k) {
+    uint64_t count = 300000;
+    float **bufs = calloc((size_t)k, sizeof(float *));
+    ddp_request **reqs = calloc((size_t)k, sizeof(ddp_request *));
+    for (int j = 0; j < k; j++) {
+        bufs[j] = malloc(count * sizeof(float));
+        for (uint64_t i = 0; i < count; i++)
+            bufs[j][i] = (float)(rank + j);
+        check_call(ddp_all_reduce_async(g, bufs[j], count, DDP_F32, DDP_SUM, &reqs[j]), g, "all_reduce_async", count,
+                   DDP_F32, DDP_SUM);
+    }
+    volatile double busy = 0; /* the caller computes meanwhile */
+    for (int i = 0; i < 2000000; i++)
+        busy += i * 0.5;
+    for (int j = 0; j < k; j++) {
+        check_call(ddp_wait(reqs[j]), g, "wait", count, DDP_F32, DDP_SUM);
+        double want = (double)world * (world - 1) / 2 + (double)world * j;
+        EXPECT_ELEMENTS("all_reduce_async", count, DDP_F32, DDP_SUM, count, bufs[j], want);
+        free(bufs[j]);
+    }
+    free(bufs);
+    free(reqs);
+}
+
+int main(int argc, char **argv) {
+    const char *counts_arg = "0,1,7,1000,1048579", *dtypes_arg = "f32,f64,f16,bf16,i32,i64,u8";
+    int async = 4;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--counts"))
+            counts_arg = argv[i + 1];
+        else if (!strcmp(argv[i], "--dtypes"))
+            dtypes_arg = argv[i + 1];
+        else if (!strcmp(argv[i], "--async"))
+            async = atoi(argv[i + 1]);
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    ddp_group *g;
+    int r = ddp_init(NULL, &g);
+    if (r < 0) {
+        printf("init failed: %s: %s\n", ddp_strerror(r), ddp_last_error(NULL));
+        return 2;
+    }
+    rank = ddp_rank(g);
+    world = ddp_world_size(g);
+
+    char counts[256];
+    snprintf(counts, sizeof(counts), "%s", counts_arg);
+    int round = 0;
+    for (char *c = strtok(counts, ","); c; c = strtok(NULL, ",")) {
+        uint64_t count = strtoull(c, NULL, 10);
+        for (int t = DDP_F32; t <= DDP_U8; t++) {
+            if (!strstr(dtypes_arg, dtype_names[t]))
+                continue;
+            size_t es = dtype_size((dtype)t);
+            int root = round++ % world; /* move the root around */
+            run_reductions(g, count, (ddp_dtype)t, es, root);
+            run_data_movement(g, count, (ddp_dtype)t, es, root);
+        }
+    }
+    if (async > 0)
+        run_async(g, async);
+    check_call(ddp_barrier(g), g, "barrier", 0, DDP_F32, -1);
+    printf("coll_check: rank %d: %ld passed, %ld failed\n", rank, passed, failed);
+    ddp_finalize(g);
+    return failed ? 1 : 0;
+}

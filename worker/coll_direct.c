@@ -1,0 +1,108 @@
+/* Small messages in one hop: each rank sends its data straight to every rank that needs
+ * it, and the reduction runs in rank order 0, 1, ..., n-1, so every rank computes the same
+ * bits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "worker/coll.h"
+#include "worker/group.h"
+
+int coll_send_range(ddp_group *g, int dst, const comm_call *call, int32_t tag, const char *buf, uint64_t offset,
+                    uint64_t n, bool zero_copy) {
+    uint64_t chunk = comm_chunk_elems(call->t);
+    size_t es = dtype_size(call->t);
+    for (uint64_t done = 0; done < n; done += chunk) {
+        uint64_t len = n - done < chunk ? n - done : chunk;
+        TRY(comm_send(g, dst, call, tag, offset + done, buf + done * es, len, zero_copy));
+    }
+    return 0;
+}
+
+int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, char *buf, uint64_t offset,
+                    uint64_t n) {
+    uint64_t chunk = comm_chunk_elems(call->t);
+    size_t es = dtype_size(call->t);
+    for (uint64_t done = 0; done < n; done += chunk) {
+        uint64_t len = n - done < chunk ? n - done : chunk;
+        comm_frame *f;
+        TRY(comm_recv(g, src, call, tag, &f));
+        int r = comm_expect_range(g, f, call, offset + done, len);
+        if (r == 0)
+            memcpy(buf + done * es, zmq_msg_data(&f->payload), len * es);
+        comm_frame_free(f);
+        TRY(r);
+    }
+    return 0;
+}
+
+/* buf = x_0 op x_1 op ... op x_{n-1}, where x_k comes from rank k and own is this rank's. */
+static int reduce_in_rank_order(ddp_group *g, const comm_call *call, const char *own, char *buf) {
+    size_t es = dtype_size(call->t);
+    uint64_t chunk = comm_chunk_elems(call->t);
+    for (uint64_t off = 0; off < call->count; off += chunk) {
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk;
+        for (int k = 0; k < g->world_size; k++) {
+            comm_frame *f = NULL;
+            const char *x = own + off * es;
+            if (k != g->rank) {
+                TRY(comm_recv(g, k, call, 0, &f));
+                int r = comm_expect_range(g, f, call, off, len);
+                if (r < 0) {
+                    comm_frame_free(f);
+                    return r;
+                }
+                x = zmq_msg_data(&f->payload);
+            }
+            if (k == 0)
+                memcpy(buf + off * es, x, len * es);
+            else
+                reduce_into(buf + off * es, x, len, call->t, call->op);
+            comm_frame_free(f);
+        }
+    }
+    reduce_finish(buf, call->count, call->t, call->op, g->world_size);
+    return 0;
+}
+
+int coll_all_reduce_direct(ddp_group *g, const coll_args *a) {
+    const comm_call *call = &a->call;
+    size_t bytes = call->count * dtype_size(call->t);
+    char *buf = a->recv;
+    for (int k = 0; k < g->world_size; k++)
+        if (k != g->rank)
+            TRY(coll_send_range(g, k, call, 0, buf, 0, call->count, false));
+    char *own = malloc(bytes);
+    if (!own)
+        return group_fail(g, -ENOMEM, "out of memory for an all_reduce of %zu bytes", bytes);
+    memcpy(own, buf, bytes);
+    int r = reduce_in_rank_order(g, call, own, buf);
+    free(own);
+    return r;
+}
+
+int coll_reduce_direct(ddp_group *g, const coll_args *a) {
+    const comm_call *call = &a->call;
+    char *buf = a->recv;
+    if (g->rank != call->root)
+        return coll_send_range(g, call->root, call, 0, buf, 0, call->count, false);
+    size_t bytes = call->count * dtype_size(call->t);
+    char *own = malloc(bytes);
+    if (!own)
+        return group_fail(g, -ENOMEM, "out of memory for a reduce of %zu bytes", bytes);
+    memcpy(own, buf, bytes);
+    int r = reduce_in_rank_order(g, call, own, buf);
+    free(own);
+    return r;
+}
+
+int coll_broadcast_direct(ddp_group *g, const coll_args *a) {
+    const comm_call *call = &a->call;
+    char *buf = a->recv;
+    if (g->rank != call->root)
+        return coll_recv_range(g, call->root, call, 0, buf, 0, call->count);
+    for (int k = 0; k < g->world_size; k++)
+        if (k != g->rank)
+            TRY(coll_send_range(g, k, call, 0, buf, 0, call->count, false));
+    return 0;
+}

@@ -1,0 +1,290 @@
+/* ddp-run with real ranks on loopback: ranks and their prefixes, the first failure, signals
+ * forwarded, a given coordinator, programs that cannot run, usage errors. */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/integration/harness.h"
+
+#define WAIT_MS 20000 /* generous: a failure is a missing line, never a slow one */
+
+/* Runs ddp-run with args (NULL-terminated) and env, to its end; returns its exit code. */
+static int run_launcher(proc *p, const char *const *args, const char *const *env) {
+    const char *argv[32] = {DDP_RUN_PATH};
+    size_t n = 1;
+    for (size_t i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    proc_start(p, argv, env);
+    return proc_wait(p, WAIT_MS);
+}
+
+/* Runs ddp-run to its end and checks its exit code. */
+static void run_expecting(proc *p, const char *const *args, const char *const *env, int expected_code) {
+    int code = run_launcher(p, args, env);
+    ck_assert_msg(code == expected_code, "ddp-run exited %d, not %d:\n%s", code, expected_code, proc_output(p));
+}
+
+static void assert_output_has(proc *p, const char *needle) {
+    ck_assert_msg(strstr(proc_output(p), needle), "expected '%s' in:\n%s", needle, proc_output(p));
+}
+
+/* Finds "<before>%d" in the output, e.g. the pid after "[rank 1] pid ". -1 if absent. */
+static int output_int_after(proc *p, const char *before) {
+    const char *at = strstr(proc_output(p), before);
+    return at ? atoi(at + strlen(before)) : -1;
+}
+
+/* ddp-run reaps what it started: once it has exited, none of those pids exists. */
+static void assert_gone(int pid) {
+    ck_assert_int_gt(pid, 0);
+    ck_assert_msg(kill(pid, 0) < 0 && errno == ESRCH, "pid %d is still there", pid);
+}
+
+START_TEST(test_four_ranks) {
+    /* A bare "member" is not on PATH: ddp-run finds it in its own directory. */
+    const char *args[] = {"-n", "4", "--", "member", "--barriers", "3", NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 0);
+    for (int r = 0; r < 4; r++) {
+        char line[64];
+        snprintf(line, sizeof(line), "[rank %d] joined rank %d world 4", r, r);
+        assert_output_has(&p, line);
+        snprintf(line, sizeof(line), "[rank %d] barrier 2 ok", r);
+        assert_output_has(&p, line);
+        snprintf(line, sizeof(line), "[rank %d] finalized\n", r);
+        assert_output_has(&p, line);
+    }
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_many_ranks) {
+    /* Two pipes a rank: more than the usual 1024 descriptors, and each rank its own prefix. */
+    const char *args[] = {"-n", "600", "--", "printenv", "RANK", NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 0);
+    for (int r = 0; r < 600; r += 37) {
+        char line[32];
+        snprintf(line, sizeof(line), "[rank %d] %d\n", r, r);
+        assert_output_has(&p, line);
+    }
+    assert_output_has(&p, "[rank 599] 599\n");
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_first_failure_stops_the_rest) {
+    /* Rank 2 fails at once; the others wait to form the job until told to stop. A grace
+     * period longer than WAIT_MS shows that SIGTERM, not SIGKILL, ended them. */
+    const char *script = "echo \"pid $$\"; if [ \"$RANK\" = 2 ]; then exit 3; fi; exec \"$0\" --barriers 1000";
+    const char *args[] = {"-n", "4", "--grace-ms", "60000", "--", "sh", "-c", script, MEMBER_PATH, NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 3);
+    char expected[64];
+    int pid2 = output_int_after(&p, "[rank 2] pid ");
+    snprintf(expected, sizeof(expected), "rank 2 (pid %d) exited with code 3", pid2);
+    assert_output_has(&p, expected);
+    for (int r = 0; r < 4; r++) {
+        char prefix[32];
+        snprintf(prefix, sizeof(prefix), "[rank %d] pid ", r);
+        int pid = output_int_after(&p, prefix);
+        if (pid > 0) /* a rank stopped before its shell said anything is gone all the same */
+            assert_gone(pid);
+    }
+    ck_assert_msg(!strstr(proc_output(&p), "SIGKILL"), "%s", proc_output(&p));
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_signal_forwarded) {
+    static const int signals[] = {SIGTERM, SIGINT};
+    static const int codes[] = {143, 130};
+    const char *args[] = {"-n", "3", "--", MEMBER_PATH, "--barriers", "2", "--hang-at", "1", NULL};
+    const char *argv[16] = {DDP_RUN_PATH};
+    for (size_t i = 0; args[i]; i++)
+        argv[i + 1] = args[i];
+    proc p;
+    proc_start(&p, argv, NULL);
+    for (int r = 0; r < 3; r++)
+        ck_assert_msg(proc_expect(&p, "barrier 0 ok", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    int pids[3];
+    for (int r = 0; r < 3; r++) {
+        char before[64];
+        snprintf(before, sizeof(before), "[rank %d] joined rank %d world 3 pid ", r, r);
+        pids[r] = output_int_after(&p, before);
+        ck_assert_msg(pids[r] > 0, "no pid for rank %d in:\n%s", r, proc_output(&p));
+    }
+    proc_signal(&p, signals[_i]);
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == codes[_i], "%s", proc_output(&p));
+    assert_output_has(&p, signals[_i] == SIGTERM ? "received SIGTERM" : "received SIGINT");
+    for (int r = 0; r < 3; r++)
+        assert_gone(pids[r]);
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_sigkill_after_grace) {
+    /* Ranks that ignore SIGTERM (as a busy trainer might) are killed once the grace ends. */
+    const char *script = "trap '' TERM; exec \"$0\" --barriers 2 --hang-at 0";
+    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--grace-ms", "200", "--", "sh", "-c", script, MEMBER_PATH, NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    int pids[2];
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&p, "joined rank", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    for (int r = 0; r < 2; r++) {
+        char before[64];
+        snprintf(before, sizeof(before), "[rank %d] joined rank %d world 2 pid ", r, r);
+        pids[r] = output_int_after(&p, before);
+    }
+    proc_signal(&p, SIGTERM);
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == 143, "%s", proc_output(&p));
+    assert_output_has(&p, "2 ranks still running 200 ms after SIGTERM; sending SIGKILL");
+    for (int r = 0; r < 2; r++)
+        assert_gone(pids[r]);
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_given_coordinator) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    const char *args[] = {"-n",    "2",  "--verbose", "--coordinator", d.endpoint, "--job",
+                          "given", "--", MEMBER_PATH, "--barriers",    "2",        NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 0);
+    assert_output_has(&p, "[rank 0] joined rank 0 world 2");
+    assert_output_has(&p, "[rank 1] joined rank 1 world 2");
+    ck_assert_msg(!strstr(proc_output(&p), "private ddpd"), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&d.p, "job 'given' formed", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    proc_close(&p);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_environment) {
+    /* Nothing listens there, and nothing needs to: the shell only prints what it got. */
+    const char *script = "echo \"env $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT "
+                         "$DDP_COORDINATOR $DDP_JOB\"";
+    const char *args[] = {"-n",   "2", "--coordinator", "tcp://127.0.0.1:4242", "--job", "envjob", "--", "sh", "-c",
+                          script, NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 0);
+    assert_output_has(&p, "[rank 0] env 0 0 2 2 127.0.0.1 4242 tcp://127.0.0.1:4242 envjob\n");
+    assert_output_has(&p, "[rank 1] env 1 1 2 2 127.0.0.1 4242 tcp://127.0.0.1:4242 envjob\n");
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_output_prefixed) {
+    const char *script = "echo \"out $RANK\"; echo \"err $RANK\" >&2; printf 'no newline %s' \"$RANK\"";
+    const char *args[] = {"-n", "2", "--", "sh", "-c", script, NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 0);
+    for (int r = 0; r < 2; r++) {
+        char line[64];
+        snprintf(line, sizeof(line), "[rank %d] out %d\n", r, r);
+        assert_output_has(&p, line);
+        snprintf(line, sizeof(line), "[rank %d] err %d\n", r, r);
+        assert_output_has(&p, line);
+        snprintf(line, sizeof(line), "[rank %d] no newline %d\n", r, r);
+        assert_output_has(&p, line);
+    }
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_private_ddpd_verbose) {
+    const char *args[] = {"-n", "1", "--verbose", "--job", "chatty", "--", MEMBER_PATH, NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 0);
+    assert_output_has(&p, "[ddpd] ddpd: info: ddpd");
+    assert_output_has(&p, "[ddpd] ddpd: info: job 'chatty' formed");
+    assert_output_has(&p, "[rank 0] joined rank 0 world 1");
+    int ddpd_pid = output_int_after(&p, "private ddpd (pid ");
+    assert_gone(ddpd_pid);
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_killed_by_signal) {
+    const char *args[] = {"-n", "1", "--", "sh", "-c", "kill -9 $$", NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 128 + SIGKILL);
+    assert_output_has(&p, "rank 0 (pid ");
+    assert_output_has(&p, ") was killed by signal 9");
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_program_cannot_run) {
+    static const char *const programs[] = {"no-such-program-4711", "/nonexistent/dir/prog", "/"};
+    const char *args[] = {"-n", "2", "--", programs[_i], NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 127);
+    char expected[128];
+    snprintf(expected, sizeof(expected), "cannot run '%s'", programs[_i]);
+    assert_output_has(&p, expected);
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_usage_errors) {
+    struct {
+        const char *args[8];
+        const char *env;
+        int code;
+        const char *expected;
+    } cases[] = {
+        {{"-n", "0", "--", "true"}, NULL, 2, "--nproc: 0 is out of range [1, 1024]"},
+        {{"-n", "1025", "--", "true"}, NULL, 2, "--nproc: 1025 is out of range [1, 1024]"},
+        {{"-n", "2"}, NULL, 2, "no PROGRAM to run"},
+        {{"--", "true"}, NULL, 2, "-n/--nproc N is required"},
+        {{"-n", "1", "--job", "no spaces", "--", "true"}, NULL, 2, "--job: 'no spaces' is not"},
+        {{"-n", "1", "--grace-ms", "-1", "--", "true"}, NULL, 2, "--grace-ms: -1 is out of range"},
+        {{"--bogus"}, NULL, 2, "unknown option '--bogus'"},
+        {{"-n", "1", "--", "true"}, "DDP_RUN_BOGUS=1", 2, "unknown variable DDP_RUN_BOGUS"},
+        /* From the environment, and options end at PROGRAM even without "--". */
+        {{"sh", "-c", "echo \"world $WORLD_SIZE\"", "-n"}, "DDP_RUN_NPROC=2", 0, "[rank 1] world 2"},
+        {{"--help"}, NULL, 0, "Usage: ddp-run -n N"},
+        {{"--version"}, NULL, 0, "ddp-run "},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *env[] = {cases[i].env, NULL};
+        proc p;
+        int code = run_launcher(&p, cases[i].args, env);
+        ck_assert_msg(code == cases[i].code, "case %zu (%s) exited %d: %s", i, cases[i].args[0], code, proc_output(&p));
+        assert_output_has(&p, cases[i].expected);
+        proc_close(&p);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("launcher");
+    TCase *tc = tcase_create("launcher");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_four_ranks);
+    tcase_add_test(tc, test_many_ranks);
+    tcase_add_test(tc, test_first_failure_stops_the_rest);
+    tcase_add_loop_test(tc, test_signal_forwarded, 0, 2);
+    tcase_add_test(tc, test_sigkill_after_grace);
+    tcase_add_test(tc, test_given_coordinator);
+    tcase_add_test(tc, test_environment);
+    tcase_add_test(tc, test_output_prefixed);
+    tcase_add_test(tc, test_private_ddpd_verbose);
+    tcase_add_test(tc, test_killed_by_signal);
+    tcase_add_loop_test(tc, test_program_cannot_run, 0, 3);
+    tcase_add_test(tc, test_usage_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

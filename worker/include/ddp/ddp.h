@@ -10,6 +10,8 @@
 #ifndef DDP_DDP_H
 #define DDP_DDP_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif

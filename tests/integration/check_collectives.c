@@ -1,0 +1,146 @@
+/* libddp's collectives on real ranks over loopback, launched with ddp-run. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "tests/integration/harness.h"
+
+#define WAIT_MS 240000 /* the largest world runs every collective on 2^20 elements */
+
+/* Runs ddp-run -n n -- program args..., returns its exit code; output stays in p. */
+static int run(proc *p, int n, const char *const *program) {
+    char n_text[8];
+    snprintf(n_text, sizeof(n_text), "%d", n);
+    const char *argv[16] = {DDP_RUN_PATH, "-n", n_text, "--"};
+    size_t k = 4;
+    for (size_t i = 0; program[i] && k < 15; i++)
+        argv[k++] = program[i];
+    argv[k] = NULL;
+    proc_start(p, argv, NULL);
+    return proc_wait(p, WAIT_MS);
+}
+
+/* Every collective x dtype x op x count {0, 1, 7, 1000, 2^20 + 3} against the reference. */
+START_TEST(test_every_collective) {
+    static const int worlds[] = {1, 2, 3, 4, 8};
+    int n = worlds[_i];
+    proc p;
+    const char *program[] = {COLL_CHECK_PATH, NULL};
+    int code = run(&p, n, program);
+    ck_assert_msg(code == 0, "world %d exited %d:\n%s", n, code, proc_output(&p));
+    for (int r = 0; r < n; r++) {
+        char expected[64];
+        snprintf(expected, sizeof(expected), "coll_check: rank %d: ", r);
+        char line[256];
+        ck_assert_msg(proc_expect(&p, expected, 0, line, sizeof(line)), "%s", proc_output(&p));
+        ck_assert_msg(strstr(line, " 0 failed"), "%s", line);
+        p.cursor = 0;
+    }
+    ck_assert_msg(!strstr(proc_output(&p), "FAIL"), "%s", proc_output(&p));
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_peer_killed_mid_all_reduce) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc ranks[4];
+    const char *argv[] = {COLL_FAULT_PATH, "stress", NULL};
+    for (int r = 0; r < 4; r++) {
+        char env_buf[4][300];
+        snprintf(env_buf[0], sizeof(env_buf[0]), "DDP_COORDINATOR=%s", d.endpoint);
+        snprintf(env_buf[1], sizeof(env_buf[1]), "WORLD_SIZE=4");
+        snprintf(env_buf[2], sizeof(env_buf[2]), "RANK=%d", r);
+        snprintf(env_buf[3], sizeof(env_buf[3]), "DDP_JOB=stress");
+        const char *env[] = {env_buf[0], env_buf[1], env_buf[2], env_buf[3], NULL};
+        proc_start(&ranks[r], argv, env);
+    }
+    for (int r = 0; r < 4; r++)
+        ck_assert_msg(proc_expect(&ranks[r], "first ok", 60000, NULL, 0), "%s", proc_output(&ranks[r]));
+    uint64_t killed_at = clock_now_ms();
+    proc_signal(&ranks[2], SIGKILL);
+    char expected[64];
+    snprintf(expected, sizeof(expected), "rank 2 (pid %d on ", (int)ranks[2].pid);
+    for (int r = 0; r < 4; r++) {
+        if (r == 2)
+            continue;
+        char line[600];
+        ck_assert_msg(proc_expect(&ranks[r], "failed:", 60000, line, sizeof(line)), "%s", proc_output(&ranks[r]));
+        uint64_t elapsed = clock_now_ms() - killed_at;
+        ck_assert_msg(strstr(line, expected) && strstr(line, "died"), "rank %d: %s", r, line);
+        ck_assert_msg(elapsed < 3000, "rank %d learnt of the death after %llu ms", r, (unsigned long long)elapsed);
+        ck_assert_int_eq(proc_wait(&ranks[r], 60000), 3);
+    }
+    for (int r = 0; r < 4; r++)
+        proc_close(&ranks[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+static void expect_mismatch(const char *mode, const char *needle) {
+    proc p;
+    const char *program[] = {COLL_FAULT_PATH, mode, NULL};
+    int code = run(&p, 2, program);
+    ck_assert_msg(code == 3, "exited %d: %s", code, proc_output(&p));
+    char line[600];
+    ck_assert_msg(proc_expect(&p, "failed: -22 ", 0, line, sizeof(line)), "%s", proc_output(&p));
+    ck_assert_msg(strstr(line, needle), "expected '%s' in: %s", needle, line);
+    proc_close(&p);
+}
+
+START_TEST(test_mismatched_counts) {
+    expect_mismatch("mismatch-count", "called all_reduce(count 100");
+}
+END_TEST
+
+START_TEST(test_mismatched_collectives) {
+    expect_mismatch("mismatch-kind", "called broadcast(count 1000, f32");
+}
+END_TEST
+
+/* The seed tutorials, each with the result it must print. */
+static const struct {
+    const char *program;
+    int n;
+    const char *expected;
+    int times; /* lines expected */
+} examples[] = {
+    {EXAMPLES_DIR "/example-p2p", 2, "Rank 1 has data 1", 1},
+    {EXAMPLES_DIR "/example-send-back", 3, "Rank 0 sum: [3, 5, 7]", 1},
+    {EXAMPLES_DIR "/example-gather", 4, "Rank 0 gathered [0, 1, 2, 3]", 1},
+    {EXAMPLES_DIR "/example-reduce", 4, "Rank 0 has [4, 4, 4]", 1},
+    {EXAMPLES_DIR "/example-all-reduce", 4, "has [12, 16]", 4},
+    {EXAMPLES_DIR "/example-average-gradients", 4, "averaged gradient matches the full batch", 4},
+};
+
+START_TEST(test_examples) {
+    proc p;
+    const char *program[] = {examples[_i].program, NULL};
+    int code = run(&p, examples[_i].n, program);
+    ck_assert_msg(code == 0, "%s exited %d: %s", examples[_i].program, code, proc_output(&p));
+    for (int k = 0; k < examples[_i].times; k++)
+        ck_assert_msg(proc_expect(&p, examples[_i].expected, 0, NULL, 0), "expected '%s' %d times in: %s",
+                      examples[_i].expected, examples[_i].times, proc_output(&p));
+    proc_close(&p);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("collectives");
+    TCase *tc = tcase_create("collectives");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_every_collective, 0, 5);
+    tcase_add_test(tc, test_peer_killed_mid_all_reduce);
+    tcase_add_test(tc, test_mismatched_counts);
+    tcase_add_test(tc, test_mismatched_collectives);
+    tcase_add_loop_test(tc, test_examples, 0, (int)(sizeof(examples) / sizeof(examples[0])));
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -10,7 +10,8 @@
 #include "common/error.h"
 #include "worker/group.h"
 
-#define COMM_CHUNK_BYTES (512u << 10)     /* frames of a large transfer */
+#define COMM_CHUNK_BYTES (1u << 20)       /* frames of a large transfer */
+#define COMM_SOCKET_BUFFER (4 << 20)      /* kernel buffers: fewer wake-ups per megabyte (capped by wmem_max) */
 #define COMM_ZERO_COPY_MIN (64u << 10)    /* below this a copy is cheaper than the bookkeeping */
 #define COMM_MAX_QUEUED_BYTES (1ull << 30) /* early arrivals held at once */
 
@@ -24,6 +25,19 @@ static const char *const kind_names[] = {
 
 const char *coll_kind_name(coll_kind kind) {
     return kind >= COLL_SEND && kind <= COLL_REDUCE_SCATTER ? kind_names[kind] : "unknown";
+}
+
+int comm_socket_setup(void *socket) {
+    int unlimited = 0, buffer = COMM_SOCKET_BUFFER;
+    TRY(wire_socket_setup(socket, DDP_MAX_DATA_MSG_BYTES));
+    /* No high-water mark: a collective bounds what is in flight, and a dropped or stalled
+     * chunk would only turn into a timeout. */
+    if (zmq_setsockopt(socket, ZMQ_SNDHWM, &unlimited, sizeof(unlimited)) < 0 ||
+        zmq_setsockopt(socket, ZMQ_RCVHWM, &unlimited, sizeof(unlimited)) < 0 ||
+        zmq_setsockopt(socket, ZMQ_SNDBUF, &buffer, sizeof(buffer)) < 0 ||
+        zmq_setsockopt(socket, ZMQ_RCVBUF, &buffer, sizeof(buffer)) < 0)
+        return -errno;
+    return 0;
 }
 
 uint64_t comm_chunk_elems(dtype t) {
@@ -96,10 +110,9 @@ static int comm_peer_socket(ddp_group *g, int dst, void **ret) {
         void *s = zmq_socket(g->zmq_ctx, ZMQ_PUSH);
         if (!s)
             return group_fail(g, -errno, "cannot create a socket to rank %d: %s", dst, zmq_strerror(errno));
-        int unlimited = 0, ipv6 = strchr(g->endpoints[dst], '[') != NULL;
-        int r = wire_socket_setup(s, DDP_MAX_DATA_MSG_BYTES);
-        if (r == 0 && (zmq_setsockopt(s, ZMQ_SNDHWM, &unlimited, sizeof(unlimited)) < 0 ||
-                       zmq_setsockopt(s, ZMQ_IPV6, &ipv6, sizeof(ipv6)) < 0 || zmq_connect(s, g->endpoints[dst]) < 0))
+        int ipv6 = strchr(g->endpoints[dst], '[') != NULL;
+        int r = comm_socket_setup(s);
+        if (r == 0 && (zmq_setsockopt(s, ZMQ_IPV6, &ipv6, sizeof(ipv6)) < 0 || zmq_connect(s, g->endpoints[dst]) < 0))
             r = -errno;
         if (r < 0) {
             zmq_close(s);

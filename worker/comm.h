@@ -84,6 +84,10 @@ typedef struct {
     uint64_t deadline_ms;
 } comm_call;
 
+/* Options of every data socket, set before bind or connect: message limit, no high-water
+ * mark, large kernel buffers. */
+int comm_socket_setup(void *socket);
+
 int comm_init(ddp_group *g);
 void comm_close(ddp_group *g);
 

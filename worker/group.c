@@ -214,12 +214,7 @@ static int group_bind_data(ddp_group *g, const char *endpoint) {
     g->data = zmq_socket(g->zmq_ctx, ZMQ_PULL);
     if (!g->data)
         return -errno;
-    TRY(wire_socket_setup(g->data, DDP_MAX_DATA_MSG_BYTES));
-    /* No high-water mark: a collective bounds what is in flight, and a dropped or stalled
-     * chunk would only turn into a timeout. Set before bind, where it takes effect. */
-    int unlimited = 0;
-    if (zmq_setsockopt(g->data, ZMQ_RCVHWM, &unlimited, sizeof(unlimited)) < 0)
-        return -errno;
+    TRY(comm_socket_setup(g->data));
     if (zmq_bind(g->data, endpoint) < 0) {
         int r = -errno;
         snprintf(init_error, sizeof(init_error), "Failed to bind the data endpoint '%s': %s", endpoint,

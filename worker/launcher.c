@@ -598,6 +598,11 @@ static int rank_env_build(rank_env *e, const launcher *l) {
         snprintf(e->job, sizeof(e->job), "DDP_JOB=%s", l->opts->job);
         e->envp[k++] = e->job;
     }
+    /* Every rank is on this host: their data planes meet over Unix sockets, which carry
+     * large tensors faster than loopback TCP (as NCCL prefers shared memory on one node).
+     * A DDP_DATA_ENDPOINT the user set wins. */
+    if (!getenv("DDP_DATA_ENDPOINT"))
+        e->envp[k++] = (char *)"DDP_DATA_ENDPOINT=ipc://*";
     e->n_fixed = k;
     e->envp[k] = e->rank;
     e->envp[k + 1] = e->local_rank;

@@ -44,6 +44,65 @@ START_TEST(test_every_collective) {
 }
 END_TEST
 
+/* The same inputs give the same bits on every run, and on every rank. */
+START_TEST(test_same_bits_every_run) {
+    char digests[2][3][64];
+    for (int run_i = 0; run_i < 2; run_i++) {
+        proc p;
+        const char *program[] = {COLL_CHECK_PATH, "--counts", "1000,300000", "--dtypes", "f32,f16,bf16", NULL};
+        int code = run(&p, 3, program);
+        ck_assert_msg(code == 0, "exited %d: %s", code, proc_output(&p));
+        for (int r = 0; r < 3; r++) {
+            char needle[64], line[256];
+            snprintf(needle, sizeof(needle), "coll_check: digest of rank %d: ", r);
+            p.cursor = 0;
+            ck_assert_msg(proc_expect(&p, needle, 0, line, sizeof(line)), "%s", proc_output(&p));
+            snprintf(digests[run_i][r], sizeof(digests[run_i][r]), "%s", strstr(line, needle) + strlen(needle));
+        }
+        proc_close(&p);
+    }
+    for (int r = 0; r < 3; r++) {
+        ck_assert_str_eq(digests[0][r], digests[0][0]);
+        ck_assert_str_eq(digests[1][r], digests[0][r]);
+    }
+}
+END_TEST
+
+/* ddp-bench checks its own results and reports like nccl-tests. */
+START_TEST(test_bench) {
+    static const char *const collectives[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"};
+    for (int i = 0; i < 5; i++) {
+        const char *argv[] = {DDP_BENCH_PATH, collectives[i], "-n", "3", "-b", "4", "-e", "4M", "-f", "32", "--check",
+                              "--iters", "3", "--warmup", "1", NULL};
+        proc p;
+        proc_start(&p, argv, NULL);
+        int code = proc_wait(&p, WAIT_MS);
+        ck_assert_msg(code == 0, "%s exited %d: %s", collectives[i], code, proc_output(&p));
+        const char *out = proc_output(&p);
+        ck_assert_msg(strstr(out, "# Avg bus bandwidth    : "), "%s", out);
+        /* rows: 4, 128, 4096, 131072 and 4194304 bytes, none wrong */
+        int rows = 0;
+        for (const char *l = out; (l = strchr(l, '\n')); l++) {
+            unsigned long long bytes;
+            char wrong[16];
+            if (sscanf(l + 1, "%llu %*u %*s %*s %*d %*f %*f %*f %15s", &bytes, wrong) == 2) {
+                ck_assert_msg(!strcmp(wrong, "0"), "%s: %llu bytes: #wrong %s", collectives[i], bytes, wrong);
+                rows++;
+            }
+        }
+        ck_assert_msg(rows >= 4, "%s: %d rows in: %s", collectives[i], rows, out);
+        proc_close(&p);
+    }
+    const char *json[] = {DDP_BENCH_PATH, "all_reduce", "-n", "2", "-b", "1K", "-e", "64K", "--json", NULL};
+    proc p;
+    proc_start(&p, json, NULL);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&p), "\"busbw_gbps\"") && strstr(proc_output(&p), "\"avg_busbw_gbps\""), "%s",
+                  proc_output(&p));
+    proc_close(&p);
+}
+END_TEST
+
 START_TEST(test_peer_killed_mid_all_reduce) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
@@ -133,6 +192,8 @@ int main(void) {
     TCase *tc = tcase_create("collectives");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_every_collective, 0, 5);
+    tcase_add_test(tc, test_same_bits_every_run);
+    tcase_add_test(tc, test_bench);
     tcase_add_test(tc, test_peer_killed_mid_all_reduce);
     tcase_add_test(tc, test_mismatched_counts);
     tcase_add_test(tc, test_mismatched_collectives);

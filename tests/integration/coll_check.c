@@ -5,7 +5,9 @@
  * gather, scatter, all_gather and send/recv. Every rank can compute every rank's input, so
  * each checks its own result: integers exactly, floats within a tolerance for their
  * precision. All-reduce results are hashed and all-gathered to check that every rank holds
- * the same bits. Prints one line per failure and "coll_check: rank R: P passed, F failed". */
+ * the same bits, and digested: the same inputs must give the same digest on every run.
+ * Prints one line per failure, "coll_check: digest of rank R: D" and
+ * "coll_check: rank R: P passed, F failed". */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -119,11 +121,16 @@ static void check_call(int r, ddp_group *g, const char *what, uint64_t count, dd
         check(!detail_[0], (what), (count), (t), (op), detail_);                                 \
     } while (0)
 
-static uint64_t fnv1a(const void *buf, size_t n) {
-    uint64_t h = 1469598103934665603ull;
+static uint64_t digest = 1469598103934665603ull; /* of every all_reduce result, in order */
+
+static uint64_t fnv1a_from(uint64_t h, const void *buf, size_t n) {
     for (size_t i = 0; i < n; i++)
         h = (h ^ ((const uint8_t *)buf)[i]) * 1099511628211ull;
     return h;
+}
+
+static uint64_t fnv1a(const void *buf, size_t n) {
+    return fnv1a_from(1469598103934665603ull, buf, n);
 }
 
 /* Every rank must hold the same bits: gather the hashes everywhere and compare. */
@@ -156,6 +163,7 @@ static void run_reductions(ddp_group *g, uint64_t count, ddp_dtype t, size_t es,
         check_call(ddp_all_reduce(g, buf, count, t, (ddp_op)op), g, "all_reduce", count, t, op);
         EXPECT_ELEMENTS("all_reduce", count, t, op, count, buf, reference(i, t, (ddp_op)op));
         check_identical(g, buf, count * es, "all_reduce", count, t, op);
+        digest = fnv1a_from(digest, buf, count * es);
 
         fill_input(buf, rank, count, t);
         check_call(ddp_reduce(g, buf, count, t, (ddp_op)op, root), g, "reduce", count, t, op);
@@ -281,6 +289,8 @@ int main(int argc, char **argv) {
     if (async > 0)
         run_async(g, async);
     check_call(ddp_barrier(g), g, "barrier", 0, DDP_F32, -1);
+    /* Same inputs, same bits on every run: the tests compare this line across runs. */
+    printf("coll_check: digest of rank %d: %016llx\n", rank, (unsigned long long)digest);
     printf("coll_check: rank %d: %ld passed, %ld failed\n", rank, passed, failed);
     ddp_finalize(g);
     return failed ? 1 : 0;

@@ -29,7 +29,7 @@ int coll_broadcast_chain(ddp_group *g, const coll_args *a) {
         if ((r = comm_recv(g, prev, call, 0, &f)) < 0)
             break;
         if ((r = comm_expect_range(g, f, call, off, len)) == 0)
-            memcpy(buf + off * es, zmq_msg_data(&f->payload), len * es);
+            memcpy(buf + off * es, f->data, len * es);
         comm_frame_free(f);
         if (r == 0 && pos < n - 1)
             r = comm_send(g, next, call, 0, off, buf + off * es, len, true);
@@ -59,7 +59,7 @@ int coll_reduce_chain(ddp_group *g, const coll_args *a) {
         if ((r = comm_recv(g, prev, call, 0, &f)) < 0)
             break;
         if ((r = comm_expect_range(g, f, call, off, len)) == 0)
-            reduce_pair(partial + off * es, zmq_msg_data(&f->payload), buf + off * es, len, call->t, call->op);
+            reduce_pair(partial + off * es, f->data, buf + off * es, len, call->t, call->op);
         comm_frame_free(f);
         if (r == 0 && root)
             reduce_finish(partial + off * es, len, call->t, call->op, n);

@@ -29,7 +29,7 @@ int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, c
         TRY(comm_recv(g, src, call, tag, &f));
         int r = comm_expect_range(g, f, call, offset + done, len);
         if (r == 0)
-            memcpy(buf + done * es, zmq_msg_data(&f->payload), len * es);
+            memcpy(buf + done * es, f->data, len * es);
         comm_frame_free(f);
         TRY(r);
     }
@@ -52,7 +52,7 @@ static int reduce_in_rank_order(ddp_group *g, const comm_call *call, const char 
                     comm_frame_free(f);
                     return r;
                 }
-                x = zmq_msg_data(&f->payload);
+                x = f->data;
             }
             if (k == 0)
                 memcpy(buf + off * es, x, len * es);

@@ -46,7 +46,7 @@ static int ring_reduce_scatter(ddp_group *g, const comm_call *call, const char *
             int r = comm_expect_range(g, f, call, off, len);
             char *dst = last && final_dst ? final_dst + done * es : work + off * es;
             if (r == 0) /* the partial sum so far, then this rank's part */
-                reduce_pair(dst, zmq_msg_data(&f->payload), own + off * es, len, call->t, call->op);
+                reduce_pair(dst, f->data, own + off * es, len, call->t, call->op);
             comm_frame_free(f);
             TRY(r);
             if (!last) {
@@ -79,7 +79,7 @@ static int ring_all_gather(ddp_group *g, const comm_call *call, char *buf, const
             TRY(comm_recv(g, left, call, TAG_AG(s), &f));
             int r = comm_expect_range(g, f, call, off, len);
             if (r == 0)
-                memcpy(buf + off * es, zmq_msg_data(&f->payload), len * es);
+                memcpy(buf + off * es, f->data, len * es);
             comm_frame_free(f);
             TRY(r);
             if (s < n - 2)

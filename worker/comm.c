@@ -61,7 +61,22 @@ void comm_frame_free(comm_frame *f) {
     if (!f)
         return;
     zmq_msg_close(&f->payload);
+    free(f->aligned_copy);
     free(f);
+}
+
+/* ZeroMQ packs small messages into one receive buffer at any offset; the kernels read
+ * elements of their type, so such a payload is copied to memory that malloc aligned. */
+static int comm_frame_align(comm_frame *f) {
+    size_t size = zmq_msg_size(&f->payload);
+    f->data = zmq_msg_data(&f->payload);
+    if ((uintptr_t)f->data % dtype_size(f->h.dtype) == 0)
+        return 0;
+    if (!(f->aligned_copy = malloc(size)))
+        return -ENOMEM;
+    memcpy(f->aligned_copy, f->data, size);
+    f->data = f->aligned_copy;
+    return 0;
 }
 
 void comm_close(ddp_group *g) {
@@ -215,6 +230,8 @@ static void comm_read_one(ddp_group *g) {
             why = "a payload whose size does not match its header";
         else if (c->queued_bytes + zmq_msg_size(&f->payload) > COMM_MAX_QUEUED_BYTES)
             why = "more early data than the matching queue holds";
+        else if (comm_frame_align(f) < 0)
+            why = "no memory to align it";
     }
     if (why) {
         c->dropped++;

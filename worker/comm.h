@@ -58,6 +58,8 @@ typedef struct {
 typedef struct comm_frame {
     comm_header h;
     zmq_msg_t payload;
+    const void *data;      /* the payload, aligned for its dtype (copied when ZeroMQ's was not) */
+    void *aligned_copy;
     struct comm_frame *next;
 } comm_frame;
 

@@ -296,6 +296,9 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         snprintf(init_error, sizeof(init_error), "cannot create a ZeroMQ context: %s", zmq_strerror(-r));
         goto fail;
     }
+    /* Two I/O threads: ZeroMQ puts the data plane's receiving and sending sockets on
+     * different ones, so a ring step's outgoing chunk does not wait behind an incoming one. */
+    zmq_ctx_set(g->zmq_ctx, ZMQ_IO_THREADS, 2);
     if ((r = group_bind_data(g, s.data_endpoint)) < 0)
         goto fail;
     if ((r = agent_start(&g->agent, g->zmq_ctx, s.coordinator, s.job, s.connect_timeout_ms)) < 0) {

@@ -249,6 +249,10 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
               w->world_size);
         for (size_t i = 0; i < w->n_endpoints; i++)
             CHECK(wire_text_valid(w->endpoints[i], DDP_MAX_ENDPOINT, true), "welcome: invalid endpoint %zu", i);
+        CHECK(w->n_pids == w->world_size && w->n_hosts == w->world_size, "welcome: %zu pids and %zu hosts for world size %u",
+              w->n_pids, w->n_hosts, w->world_size);
+        for (size_t i = 0; i < w->n_hosts; i++)
+            CHECK(wire_text_valid(w->hosts[i], DDP_MAX_HOST, false), "welcome: invalid host %zu", i);
         CHECK(w->heartbeat_ms >= DDP_MIN_HEARTBEAT_MS && w->heartbeat_ms <= DDP_MAX_HEARTBEAT_MS,
               "welcome: heartbeat %u ms out of range", w->heartbeat_ms);
         CHECK(w->liveness >= 1 && w->liveness <= DDP_MAX_LIVENESS, "welcome: liveness %u out of range", w->liveness);

@@ -104,14 +104,20 @@ static void server_abort_job(server *s, job *j, ssize_t culprit, int code, const
 
 static void server_form_job(server *s, job *j) {
     job_form(j, ++s->last_generation);
-    char *endpoints[DDP_MAX_WORLD_SIZE];
-    for (size_t i = 0; i < j->n_members; i++)
+    char *endpoints[DDP_MAX_WORLD_SIZE], *hosts[DDP_MAX_WORLD_SIZE];
+    uint32_t pids[DDP_MAX_WORLD_SIZE];
+    for (size_t i = 0; i < j->n_members; i++) {
         endpoints[i] = j->members[i].endpoint;
+        hosts[i] = j->members[i].host;
+        pids[i] = j->members[i].pid;
+    }
     Ddp__Welcome body = DDP__WELCOME__INIT;
     body.world_size = j->world_size;
     body.generation = j->generation;
-    body.n_endpoints = j->n_members;
+    body.n_endpoints = body.n_hosts = body.n_pids = j->n_members;
     body.endpoints = endpoints;
+    body.hosts = hosts;
+    body.pids = pids;
     body.heartbeat_ms = (uint32_t)s->opts.heartbeat_ms;
     body.liveness = (uint32_t)s->opts.liveness;
     for (size_t i = 0; i < j->n_members; i++) {

@@ -48,5 +48,8 @@ int coll_recv(ddp_group *g, const coll_args *a);
 /* Sends elements [offset, offset + n) of buf (already offset) to dst in chunks. */
 int coll_send_range(ddp_group *g, int dst, const comm_call *call, int32_t tag, const char *buf, uint64_t offset,
                     uint64_t n, bool zero_copy);
+/* Receives the frame that must carry elements [offset, offset + n) from src. */
+int coll_recv_chunk(ddp_group *g, int src, const comm_call *call, int32_t tag, uint64_t offset, uint64_t n,
+                    comm_frame **ret_frame);
 /* Receives elements [offset, offset + n) from src into buf (already offset), chunk by chunk. */
 int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, char *buf, uint64_t offset, uint64_t n);

@@ -26,10 +26,9 @@ int coll_broadcast_chain(ddp_group *g, const coll_args *a) {
     for (uint64_t off = 0; pos > 0 && r == 0 && off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         comm_frame *f;
-        if ((r = comm_recv(g, prev, call, 0, &f)) < 0)
+        if ((r = coll_recv_chunk(g, prev, call, 0, off, len, &f)) < 0)
             break;
-        if ((r = comm_expect_range(g, f, call, off, len)) == 0)
-            memcpy(buf + off * es, f->data, len * es);
+        r = comm_frame_copy_to(g, f, buf + off * es);
         comm_frame_free(f);
         if (r == 0 && pos < n - 1)
             r = comm_send(g, next, call, 0, off, buf + off * es, len, true);
@@ -56,10 +55,11 @@ int coll_reduce_chain(ddp_group *g, const coll_args *a) {
     for (uint64_t off = 0; r == 0 && off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         comm_frame *f;
-        if ((r = comm_recv(g, prev, call, 0, &f)) < 0)
+        const void *x;
+        if ((r = coll_recv_chunk(g, prev, call, 0, off, len, &f)) < 0)
             break;
-        if ((r = comm_expect_range(g, f, call, off, len)) == 0)
-            reduce_pair(partial + off * es, f->data, buf + off * es, len, call->t, call->op);
+        if ((r = comm_frame_data(g, f, &x)) == 0)
+            reduce_pair(partial + off * es, x, buf + off * es, len, call->t, call->op);
         comm_frame_free(f);
         if (r == 0 && root)
             reduce_finish(partial + off * es, len, call->t, call->op, n);

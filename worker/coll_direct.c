@@ -19,6 +19,19 @@ int coll_send_range(ddp_group *g, int dst, const comm_call *call, int32_t tag, c
     return 0;
 }
 
+int coll_recv_chunk(ddp_group *g, int src, const comm_call *call, int32_t tag, uint64_t offset, uint64_t n,
+                    comm_frame **ret_frame) {
+    comm_frame *f;
+    TRY(comm_recv(g, src, call, tag, &f));
+    int r = comm_expect_range(g, f, call, offset, n);
+    if (r < 0) {
+        comm_frame_free(f);
+        return r;
+    }
+    *ret_frame = f;
+    return 0;
+}
+
 int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, char *buf, uint64_t offset,
                     uint64_t n) {
     uint64_t chunk = comm_chunk_elems(call->t);
@@ -26,10 +39,8 @@ int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, c
     for (uint64_t done = 0; done < n; done += chunk) {
         uint64_t len = n - done < chunk ? n - done : chunk;
         comm_frame *f;
-        TRY(comm_recv(g, src, call, tag, &f));
-        int r = comm_expect_range(g, f, call, offset + done, len);
-        if (r == 0)
-            memcpy(buf + done * es, f->data, len * es);
+        TRY(coll_recv_chunk(g, src, call, tag, offset + done, len, &f));
+        int r = comm_frame_copy_to(g, f, buf + done * es);
         comm_frame_free(f);
         TRY(r);
     }
@@ -44,15 +55,14 @@ static int reduce_in_rank_order(ddp_group *g, const comm_call *call, const char 
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         for (int k = 0; k < g->world_size; k++) {
             comm_frame *f = NULL;
-            const char *x = own + off * es;
+            const void *x = own + off * es;
             if (k != g->rank) {
-                TRY(comm_recv(g, k, call, 0, &f));
-                int r = comm_expect_range(g, f, call, off, len);
+                TRY(coll_recv_chunk(g, k, call, 0, off, len, &f));
+                int r = comm_frame_data(g, f, &x);
                 if (r < 0) {
                     comm_frame_free(f);
                     return r;
                 }
-                x = f->data;
             }
             if (k == 0)
                 memcpy(buf + off * es, x, len * es);

@@ -42,11 +42,12 @@ static int ring_reduce_scatter(ddp_group *g, const comm_call *call, const char *
         for (uint64_t done = 0; done < b->len; done += chunk) {
             uint64_t off = b->off + done, len = b->len - done < chunk ? b->len - done : chunk;
             comm_frame *f;
-            TRY(comm_recv(g, left, call, TAG_RS(s), &f));
-            int r = comm_expect_range(g, f, call, off, len);
+            const void *partial;
+            TRY(coll_recv_chunk(g, left, call, TAG_RS(s), off, len, &f));
             char *dst = last && final_dst ? final_dst + done * es : work + off * es;
+            int r = comm_frame_data(g, f, &partial);
             if (r == 0) /* the partial sum so far, then this rank's part */
-                reduce_pair(dst, f->data, own + off * es, len, call->t, call->op);
+                reduce_pair(dst, partial, own + off * es, len, call->t, call->op);
             comm_frame_free(f);
             TRY(r);
             if (!last) {
@@ -76,10 +77,8 @@ static int ring_all_gather(ddp_group *g, const comm_call *call, char *buf, const
         for (uint64_t done = 0; done < b->len; done += chunk) {
             uint64_t off = b->off + done, len = b->len - done < chunk ? b->len - done : chunk;
             comm_frame *f;
-            TRY(comm_recv(g, left, call, TAG_AG(s), &f));
-            int r = comm_expect_range(g, f, call, off, len);
-            if (r == 0)
-                memcpy(buf + off * es, f->data, len * es);
+            TRY(coll_recv_chunk(g, left, call, TAG_AG(s), off, len, &f));
+            int r = comm_frame_copy_to(g, f, buf + off * es);
             comm_frame_free(f);
             TRY(r);
             if (s < n - 2)

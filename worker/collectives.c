@@ -163,6 +163,8 @@ DDP_EXPORT int ddp_send(ddp_group *g, const void *buf, size_t count, ddp_dtype t
     TRY(coll_prepare(g, &a, COLL_SEND, buf, (void *)buf, count, t, DDP_SUM, dst));
     if (dst == g->rank)
         return group_fail(g, -EINVAL, "send: rank %d cannot send to itself", dst);
+    if (tag < 0)
+        return group_fail(g, -EINVAL, "send: tag %d is negative (negative tags are reserved)", tag);
     a.tag = tag;
     coll_drain(g);
     return coll_execute(g, &a); /* point-to-point is not numbered: seq 0 */
@@ -173,6 +175,8 @@ DDP_EXPORT int ddp_recv(ddp_group *g, void *buf, size_t count, ddp_dtype t, int 
     TRY(coll_prepare(g, &a, COLL_SEND, buf, buf, count, t, DDP_SUM, src));
     if (src == g->rank)
         return group_fail(g, -EINVAL, "recv: rank %d cannot receive from itself", src);
+    if (tag < 0)
+        return group_fail(g, -EINVAL, "recv: tag %d is negative (negative tags are reserved)", tag);
     a.receiving = true;
     a.tag = tag;
     coll_drain(g);

@@ -1,7 +1,9 @@
+#define _GNU_SOURCE /* process_vm_readv */
 #include "worker/comm.h"
 
 #include <errno.h>
 #include <sched.h>
+#include <sys/uio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,7 +17,9 @@
 #define COMM_ZERO_COPY_MIN (64u << 10)    /* below this a copy is cheaper than the bookkeeping */
 #define COMM_MAX_QUEUED_BYTES (1ull << 30) /* early arrivals held at once */
 
-_Static_assert(sizeof(comm_header) == 64, "the header is 64 bytes on the wire");
+#define COMM_REMOTE_MIN (64u << 10)       /* smaller chunks are cheaper through the socket */
+
+_Static_assert(sizeof(comm_header) == 72, "the header is 72 bytes on the wire");
 
 static const char *const kind_names[] = {
     [COLL_SEND] = "send",           [COLL_BROADCAST] = "broadcast", [COLL_REDUCE] = "reduce",
@@ -100,6 +104,8 @@ void comm_close(ddp_group *g) {
             }
         free(c->queue);
     }
+    free(c->scratch);
+    c->scratch = NULL;
     if (c->push || c->queue) {
         pthread_mutex_destroy(&c->inflight_lock);
         pthread_cond_destroy(&c->inflight_done);
@@ -161,7 +167,13 @@ int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_
     };
     size_t bytes = (size_t)n * dtype_size(call->t);
     zmq_msg_t m;
-    if (zero_copy && bytes >= COMM_ZERO_COPY_MIN) {
+    /* Point-to-point keeps socket semantics: a send must not wait for the receiver to call. */
+    if (zero_copy && c->remote_reads && call->kind != COLL_SEND && bytes >= COMM_REMOTE_MIN) {
+        h.flags = COMM_FLAG_REMOTE;
+        h.addr = (uint64_t)(uintptr_t)data;
+        c->remote_pending++;
+        zmq_msg_init(&m);
+    } else if (zero_copy && bytes >= COMM_ZERO_COPY_MIN) {
         atomic_fetch_add(&c->inflight, 1);
         if (zmq_msg_init_data(&m, (void *)data, bytes, comm_release, c) < 0) {
             atomic_fetch_sub(&c->inflight, 1);
@@ -179,6 +191,61 @@ int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_
         zmq_msg_close(&m);
         return group_fail(g, r, "cannot send to rank %d: %s", dst, zmq_strerror(-r));
     }
+    return 0;
+}
+
+/* Tells the sender of a COMM_FLAG_REMOTE frame that its buffer has been read. */
+static void comm_send_ack(ddp_group *g, const comm_header *read) {
+    void *s = NULL;
+    if (comm_peer_socket(g, read->src, &s) < 0)
+        return;
+    comm_header h = *read;
+    h.src = g->rank;
+    h.flags = COMM_FLAG_ACK;
+    h.n = 0;
+    zmq_send(s, &h, sizeof(h), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(s, "", 0, ZMQ_DONTWAIT);
+}
+
+/* Copies a COMM_FLAG_REMOTE frame's elements out of the sender's memory into dst, and
+ * tells the sender its buffer is free. */
+static int comm_read_remote(ddp_group *g, comm_frame *f, void *dst) {
+    size_t bytes = f->h.n * dtype_size(f->h.dtype);
+    struct iovec local = {dst, bytes}, remote = {(void *)(uintptr_t)f->h.addr, bytes};
+    ssize_t got = bytes ? process_vm_readv((pid_t)g->pids[f->h.src], &local, 1, &remote, 1, 0) : 0;
+    if (got != (ssize_t)bytes) {
+        int r = got < 0 ? -errno : -EIO;
+        return group_fail(g, r, "could not read %zu bytes from rank %d (pid %u): %s", bytes, f->h.src,
+                          g->pids[f->h.src], got < 0 ? strerror(errno) : "short read");
+    }
+    comm_send_ack(g, &f->h);
+    f->h.flags = 0; /* read: acknowledged once */
+    return 0;
+}
+
+int comm_frame_copy_to(ddp_group *g, comm_frame *f, void *dst) {
+    if (f->h.flags & COMM_FLAG_REMOTE)
+        return comm_read_remote(g, f, dst);
+    memcpy(dst, f->data, f->h.n * dtype_size(f->h.dtype));
+    return 0;
+}
+
+int comm_frame_data(ddp_group *g, comm_frame *f, const void **ret_data) {
+    if (f->h.flags & COMM_FLAG_REMOTE) {
+        comm *c = &g->comm;
+        size_t bytes = f->h.n * dtype_size(f->h.dtype);
+        /* One scratch buffer, reused: its pages stay mapped and, at chunk size, in cache. */
+        if (bytes > c->scratch_size) {
+            void *grown = realloc(c->scratch, bytes);
+            if (!grown)
+                return group_fail(g, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
+            c->scratch = grown;
+            c->scratch_size = bytes;
+        }
+        TRY(comm_read_remote(g, f, c->scratch));
+        f->data = c->scratch;
+    }
+    *ret_data = f->data;
     return 0;
 }
 
@@ -226,12 +293,21 @@ static void comm_read_one(ddp_group *g) {
         else if (!dtype_valid(h->dtype) || !reduce_op_valid(h->op) || h->kind < COLL_SEND ||
                  h->kind > COLL_REDUCE_SCATTER)
             why = "an unknown kind, dtype or op";
-        else if (h->n > DDP_MAX_DATA_MSG_BYTES || zmq_msg_size(&f->payload) != h->n * dtype_size(h->dtype))
+        else if (h->flags & ~(COMM_FLAG_REMOTE | COMM_FLAG_ACK) || h->n > DDP_MAX_DATA_MSG_BYTES)
+            why = "unknown flags or too many elements";
+        else if (zmq_msg_size(&f->payload) != (h->flags ? 0 : h->n * dtype_size(h->dtype)))
             why = "a payload whose size does not match its header";
-        else if (c->queued_bytes + zmq_msg_size(&f->payload) > COMM_MAX_QUEUED_BYTES)
+        else if (h->flags == COMM_FLAG_ACK) {
+            if (c->remote_pending > 0)
+                c->remote_pending--;
+            comm_frame_free(f);
+            return;
+        } else if (c->queued_bytes + h->n * dtype_size(h->dtype) > COMM_MAX_QUEUED_BYTES)
             why = "more early data than the matching queue holds";
-        else if (comm_frame_align(f) < 0)
-            why = "no memory to align it";
+        /* A remote frame is read when it is used; a neighbour that finished the probe
+         * may send one before this rank has, so it is taken whatever remote_reads says. */
+        else if (h->flags != COMM_FLAG_REMOTE && comm_frame_align(f) < 0)
+            why = "no memory to align its payload";
     }
     if (why) {
         c->dropped++;
@@ -239,7 +315,7 @@ static void comm_read_one(ddp_group *g) {
         comm_frame_free(f);
         return;
     }
-    c->queued_bytes += zmq_msg_size(&f->payload);
+    c->queued_bytes += h->n * dtype_size(h->dtype);
     comm_frame **tail = &c->queue[h->src];
     while (*tail)
         tail = &(*tail)->next;
@@ -252,7 +328,7 @@ static comm_frame *comm_take(comm *c, int src, uint64_t seq, int32_t tag) {
             comm_frame *f = *p;
             *p = f->next;
             f->next = NULL;
-            c->queued_bytes -= zmq_msg_size(&f->payload);
+            c->queued_bytes -= f->h.n * dtype_size(f->h.dtype);
             return f;
         }
     return NULL;
@@ -282,6 +358,28 @@ static int comm_mismatch(ddp_group *g, const comm_frame *f, const comm_call *cal
                       (unsigned long long)call->count, dtype_name(call->t), reduce_op_name(call->op), call->root);
 }
 
+/* Waits until something arrives (and reads all of it into the queue), the job aborts, or
+ * the deadline passes (-ETIMEDOUT, recorded by the caller). */
+static int comm_poll(ddp_group *g, uint64_t deadline_ms) {
+    comm *c = &g->comm;
+    TRY(comm_check_abort(g));
+    zmq_pollitem_t items[2] = {{.socket = c->pull, .events = ZMQ_POLLIN},
+                               {.fd = g->agent.abort_fd, .events = ZMQ_POLLIN}};
+    int n = zmq_poll(items, 2, clock_ms_until(deadline_ms));
+    if (n < 0 && zmq_errno() != EINTR)
+        return group_fail(g, -zmq_errno(), "waiting for the data plane: %s", zmq_strerror(zmq_errno()));
+    if (n == 0 && clock_now_ms() >= deadline_ms)
+        return -ETIMEDOUT;
+    if (n > 0 && (items[0].revents & ZMQ_POLLIN)) {
+        int events = 0;
+        size_t size = sizeof(events);
+        /* Take everything that is there: ZeroMQ signals edges, not levels. */
+        while (zmq_getsockopt(c->pull, ZMQ_EVENTS, &events, &size) == 0 && (events & ZMQ_POLLIN))
+            comm_read_one(g);
+    }
+    return 0;
+}
+
 int comm_recv(ddp_group *g, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame) {
     comm *c = &g->comm;
     for (;;) {
@@ -298,13 +396,10 @@ int comm_recv(ddp_group *g, int src, const comm_call *call, int32_t tag, comm_fr
             *ret_frame = f;
             return 0;
         }
-        TRY(comm_check_abort(g));
-        zmq_pollitem_t items[2] = {{.socket = c->pull, .events = ZMQ_POLLIN},
-                                   {.fd = g->agent.abort_fd, .events = ZMQ_POLLIN}};
-        int n = zmq_poll(items, 2, clock_ms_until(call->deadline_ms));
-        if (n < 0 && zmq_errno() != EINTR)
-            return group_fail(g, -zmq_errno(), "waiting for rank %d: %s", src, zmq_strerror(zmq_errno()));
-        if (n == 0 && clock_now_ms() >= call->deadline_ms) {
+        int r = comm_poll(g, call->deadline_ms);
+        if (r != -ETIMEDOUT)
+            TRY(r);
+        else {
             char extra[256] = "";
             if (c->dropped)
                 snprintf(extra, sizeof(extra), " (%llu malformed messages dropped, the last with %s)",
@@ -314,13 +409,6 @@ int comm_recv(ddp_group *g, int src, const comm_call *call, int32_t tag, comm_fr
                                   g->timeout_ms, src, tag, extra);
             return group_fail(g, -ETIMEDOUT, "%s #%llu timed out after %d ms waiting for rank %d%s",
                               coll_kind_name(call->kind), (unsigned long long)call->seq, g->timeout_ms, src, extra);
-        }
-        if (n > 0 && (items[0].revents & ZMQ_POLLIN)) {
-            int events = 0;
-            size_t size = sizeof(events);
-            /* Take everything that is there: ZeroMQ signals edges, not levels. */
-            while (zmq_getsockopt(c->pull, ZMQ_EVENTS, &events, &size) == 0 && (events & ZMQ_POLLIN))
-                comm_read_one(g);
         }
     }
 }
@@ -383,12 +471,28 @@ static int comm_flush(ddp_group *g, uint64_t deadline_ms) {
     return 0;
 }
 
+/* Waits until every peer has read the buffers named in COMM_FLAG_REMOTE frames. */
+static int comm_wait_remote_reads(ddp_group *g, uint64_t deadline_ms) {
+    while (g->comm.remote_pending > 0) {
+        int r = comm_poll(g, deadline_ms);
+        if (r == -ETIMEDOUT)
+            return group_fail(g, r, "%ld buffers not read by their peers within %d ms", g->comm.remote_pending,
+                              g->timeout_ms);
+        TRY(r);
+    }
+    return 0;
+}
+
 int comm_finish(ddp_group *g, int result, uint64_t deadline_ms) {
-    if (atomic_load(&g->comm.inflight) == 0)
-        return result;
-    if (result == 0)
+    comm *c = &g->comm;
+    if (result == 0 && c->remote_pending > 0)
+        result = comm_wait_remote_reads(g, deadline_ms);
+    if (result == 0 && atomic_load(&c->inflight) > 0)
         result = comm_flush(g, deadline_ms);
-    if (result < 0)
-        comm_cancel(g);
+    if (result < 0) {
+        if (atomic_load(&c->inflight) > 0)
+            comm_cancel(g);
+        c->remote_pending = 0; /* the job is over: a peer that still reads gets what is there */
+    }
     return result;
 }

@@ -6,7 +6,14 @@
  * algorithm, or the user's tag) and what the caller passed (kind, dtype, op, count), so a
  * rank that called something else is caught instead of mixing data. Messages that arrive
  * before anyone asks for them wait in a matching queue. Every wait also watches the
- * group's abort eventfd and a deadline. */
+ * group's abort eventfd and a deadline.
+ *
+ * When every rank is on this host and the kernel lets them (checked once at init), a
+ * large zero-copy send within a collective carries no payload: the frame names the
+ * buffer's address and the receiver copies straight out of the sender's memory with
+ * process_vm_readv (cross-memory attach, as MPI libraries do on one node), then
+ * acknowledges so that the sender's comm_finish() knows the buffer is free. That skips
+ * two kernel socket copies of every large chunk. */
 #pragma once
 #include <pthread.h>
 #include <stdatomic.h>
@@ -44,7 +51,8 @@ typedef struct {
     uint8_t kind;     /* coll_kind */
     uint8_t dtype;
     uint8_t op;
-    uint8_t reserved[3];
+    uint8_t flags;    /* COMM_FLAG_* */
+    uint8_t reserved[2];
     int32_t src;      /* sender's rank */
     int32_t tag;      /* algorithm step, or the user's tag */
     int32_t root;     /* root or peer the caller named */
@@ -53,12 +61,16 @@ typedef struct {
     uint64_t count;   /* the caller's count */
     uint64_t offset;  /* first element of this frame within its stream */
     uint64_t n;       /* elements in this frame */
+    uint64_t addr;    /* COMM_FLAG_REMOTE: where the elements are in the sender's memory */
 } comm_header;
+
+#define COMM_FLAG_REMOTE 1 /* no payload: read n elements at addr from the sender */
+#define COMM_FLAG_ACK 2    /* the receiver has read a COMM_FLAG_REMOTE frame */
 
 typedef struct comm_frame {
     comm_header h;
     zmq_msg_t payload;
-    const void *data;      /* the payload, aligned for its dtype (copied when ZeroMQ's was not) */
+    const void *data;      /* the payload, aligned for its dtype; NULL until read for a remote frame */
     void *aligned_copy;
     struct comm_frame *next;
 } comm_frame;
@@ -73,6 +85,10 @@ typedef struct {
     pthread_cond_t inflight_done;
     uint64_t dropped;      /* malformed or stale frames */
     char dropped_why[160];
+    bool remote_reads;     /* every peer's memory can be read with process_vm_readv */
+    void *scratch;         /* where remote frames land when they are to be reduced, not kept */
+    size_t scratch_size;
+    long remote_pending;   /* COMM_FLAG_REMOTE frames sent and not yet acknowledged */
 } comm;
 
 /* What a wait expects of a frame; the rest of the header must match the caller's call. */
@@ -91,6 +107,9 @@ typedef struct {
 int comm_socket_setup(void *socket);
 
 int comm_init(ddp_group *g);
+/* Finds out, with every rank, whether remote reads work between neighbours; a collective
+ * of the whole group, run once by ddp_init. */
+int comm_probe_remote_reads(ddp_group *g);
 void comm_close(ddp_group *g);
 
 /* Sends n elements at data to dst. With zero_copy the buffer goes to ZeroMQ as it is and
@@ -100,6 +119,10 @@ int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_
 /* Waits for the next frame from src with the call's seq and this tag; checks it against
  * the call. The caller closes it with comm_frame_free(). */
 int comm_recv(ddp_group *g, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame);
+/* A frame's elements: copied to dst, or as a pointer valid until the next call on the
+ * group. For a remote frame this is when the sender's memory is read and acknowledged. */
+int comm_frame_copy_to(ddp_group *g, comm_frame *f, void *dst);
+int comm_frame_data(ddp_group *g, comm_frame *f, const void **ret_data);
 /* Checks that a received frame carries exactly [offset, offset + n). */
 int comm_expect_range(ddp_group *g, const comm_frame *f, const comm_call *call, uint64_t offset, uint64_t n);
 void comm_frame_free(comm_frame *f);

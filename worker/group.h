@@ -17,6 +17,8 @@ struct ddp_group {
     uint64_t next_seq;        /* of control requests */
     uint64_t barrier_round;
     char **endpoints;         /* every rank's data endpoint, in rank order */
+    uint32_t *pids;           /* every rank's pid */
+    bool one_host;            /* every rank runs on this host */
     void *zmq_ctx;
     void *data;               /* this rank's data socket, bound at init */
     char data_endpoint[DDP_MAX_ENDPOINT + 1];

@@ -44,6 +44,17 @@ START_TEST(test_every_collective) {
 }
 END_TEST
 
+/* With remote reads off, large chunks travel through the sockets: the same results. */
+START_TEST(test_sockets_only) {
+    proc p;
+    const char *program[] = {"/usr/bin/env", "DDP_REMOTE_READS=0", COLL_CHECK_PATH, "--counts", "7,1048579", NULL};
+    int code = run(&p, 3, program);
+    ck_assert_msg(code == 0, "exited %d: %s", code, proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "FAIL"), "%s", proc_output(&p));
+    proc_close(&p);
+}
+END_TEST
+
 /* The same inputs give the same bits on every run, and on every rank. */
 START_TEST(test_same_bits_every_run) {
     char digests[2][3][64];
@@ -192,6 +203,7 @@ int main(void) {
     TCase *tc = tcase_create("collectives");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_every_collective, 0, 5);
+    tcase_add_test(tc, test_sockets_only);
     tcase_add_test(tc, test_same_bits_every_run);
     tcase_add_test(tc, test_bench);
     tcase_add_test(tc, test_peer_killed_mid_all_reduce);

@@ -33,15 +33,24 @@ static void largest_header(Ddp__Envelope *env, Ddp__MsgType type, const char *jo
 START_TEST(test_welcome_for_largest_world_fits) {
     char *job_name = repeat('j', DDP_MAX_JOB_NAME);
     char **endpoints = calloc(DDP_MAX_WORLD_SIZE, sizeof(*endpoints));
+    char **hosts = calloc(DDP_MAX_WORLD_SIZE, sizeof(*hosts));
+    uint32_t *pids = calloc(DDP_MAX_WORLD_SIZE, sizeof(*pids));
     ck_assert_ptr_nonnull(endpoints);
-    for (size_t i = 0; i < DDP_MAX_WORLD_SIZE; i++)
+    ck_assert_ptr_nonnull(hosts);
+    ck_assert_ptr_nonnull(pids);
+    for (size_t i = 0; i < DDP_MAX_WORLD_SIZE; i++) {
         endpoints[i] = repeat('e', DDP_MAX_ENDPOINT);
+        hosts[i] = repeat('h', DDP_MAX_HOST);
+        pids[i] = UINT32_MAX;
+    }
     Ddp__Welcome w = DDP__WELCOME__INIT;
     w.rank = DDP_MAX_WORLD_SIZE - 1;
     w.world_size = DDP_MAX_WORLD_SIZE;
     w.generation = UINT64_MAX;
     w.endpoints = endpoints;
-    w.n_endpoints = DDP_MAX_WORLD_SIZE;
+    w.hosts = hosts;
+    w.pids = pids;
+    w.n_endpoints = w.n_hosts = w.n_pids = DDP_MAX_WORLD_SIZE;
     w.heartbeat_ms = DDP_MAX_HEARTBEAT_MS;
     w.liveness = DDP_MAX_LIVENESS;
     Ddp__Envelope env;
@@ -58,9 +67,13 @@ START_TEST(test_welcome_for_largest_world_fits) {
     ck_assert_int_eq(wire_pack(&env, &frame), 0);
     ck_assert_uint_eq(zmq_msg_size(&frame), ddp__envelope__get_packed_size(&env));
     zmq_msg_close(&frame);
-    for (size_t i = 0; i < DDP_MAX_WORLD_SIZE; i++)
+    for (size_t i = 0; i < DDP_MAX_WORLD_SIZE; i++) {
         free(endpoints[i]);
+        free(hosts[i]);
+    }
     free(endpoints);
+    free(hosts);
+    free(pids);
     free(job_name);
 }
 END_TEST

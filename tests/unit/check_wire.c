@@ -156,12 +156,16 @@ END_TEST
 
 START_TEST(test_welcome_roundtrip) {
     char *endpoints[] = {"tcp://a:1", "tcp://b:2", "", "ipc:///tmp/d"};
+    char *hosts[] = {"a", "b", "c.example.org", "d"};
+    uint32_t pids[] = {1, 2, 4194304, 4};
     Ddp__Welcome body = DDP__WELCOME__INIT;
     body.rank = 3;
     body.world_size = 4;
     body.generation = 0x1122334455667788ull;
-    body.n_endpoints = 4;
+    body.n_endpoints = body.n_hosts = body.n_pids = 4;
     body.endpoints = endpoints;
+    body.hosts = hosts;
+    body.pids = pids;
     body.heartbeat_ms = 250;
     body.liveness = 4;
     Ddp__Envelope env;
@@ -176,8 +180,11 @@ START_TEST(test_welcome_roundtrip) {
     ck_assert_uint_eq(w->world_size, 4);
     ck_assert_uint_eq(w->generation, 0x1122334455667788ull);
     ck_assert_uint_eq(w->n_endpoints, 4);
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < 4; i++) {
         ck_assert_str_eq(w->endpoints[i], endpoints[i]);
+        ck_assert_str_eq(w->hosts[i], hosts[i]);
+        ck_assert_uint_eq(w->pids[i], pids[i]);
+    }
     ck_assert_uint_eq(w->heartbeat_ms, 250);
     ck_assert_uint_eq(w->liveness, 4);
     wire_msg_close(&msg);
@@ -634,14 +641,20 @@ END_TEST
 
 /* A Welcome for the largest world, every endpoint as long as allowed, goes through. */
 START_TEST(test_welcome_largest_world) {
-    static char *endpoints[DDP_MAX_WORLD_SIZE + 1];
-    for (size_t i = 0; i <= DDP_MAX_WORLD_SIZE; i++)
+    static char *endpoints[DDP_MAX_WORLD_SIZE + 1], *hosts[DDP_MAX_WORLD_SIZE + 1];
+    static uint32_t pids[DDP_MAX_WORLD_SIZE + 1];
+    for (size_t i = 0; i <= DDP_MAX_WORLD_SIZE; i++) {
         endpoints[i] = repeat('e', DDP_MAX_ENDPOINT);
+        hosts[i] = repeat('h', DDP_MAX_HOST);
+        pids[i] = UINT32_MAX;
+    }
     Ddp__Welcome w = DDP__WELCOME__INIT;
     w.rank = DDP_MAX_WORLD_SIZE - 1;
     w.world_size = DDP_MAX_WORLD_SIZE;
     w.endpoints = endpoints;
-    w.n_endpoints = DDP_MAX_WORLD_SIZE;
+    w.hosts = hosts;
+    w.pids = pids;
+    w.n_endpoints = w.n_hosts = w.n_pids = DDP_MAX_WORLD_SIZE;
     w.heartbeat_ms = DDP_MAX_HEARTBEAT_MS;
     w.liveness = DDP_MAX_LIVENESS;
     Ddp__Envelope env;
@@ -655,16 +668,18 @@ START_TEST(test_welcome_largest_world) {
 
     /* one more member: refused */
     w.world_size = DDP_MAX_WORLD_SIZE + 1;
-    w.n_endpoints = DDP_MAX_WORLD_SIZE + 1;
+    w.n_endpoints = w.n_hosts = w.n_pids = DDP_MAX_WORLD_SIZE + 1;
     expect_refused(&env, -EPROTO);
     /* one endpoint a byte too long: refused */
     w.world_size = DDP_MAX_WORLD_SIZE;
-    w.n_endpoints = DDP_MAX_WORLD_SIZE;
+    w.n_endpoints = w.n_hosts = w.n_pids = DDP_MAX_WORLD_SIZE;
     free(endpoints[7]);
     endpoints[7] = repeat('e', DDP_MAX_ENDPOINT + 1);
     expect_refused(&env, -EPROTO);
-    for (size_t i = 0; i <= DDP_MAX_WORLD_SIZE; i++)
+    for (size_t i = 0; i <= DDP_MAX_WORLD_SIZE; i++) {
         free(endpoints[i]);
+        free(hosts[i]);
+    }
     assert_socket_still_works();
 }
 END_TEST
@@ -1067,11 +1082,14 @@ static void build_join(parts *p) {
 static void build_welcome(parts *p) {
     wire_envelope_init(&p->env, DDP__MSG_TYPE__WELCOME, "train", -1, 1, 1);
     ddp__welcome__init(&p->welcome);
-    static char *endpoints[] = {"tcp://a:1", "tcp://b:1", "tcp://c:1", "tcp://d:1"};
+    static char *endpoints[] = {"tcp://a:1", "tcp://b:1", "tcp://c:1", "tcp://d:1"}, *hosts[] = {"a", "b", "c", "d"};
+    static uint32_t pids[] = {10, 11, 12, 13};
     p->welcome.rank = 1;
     p->welcome.world_size = 4;
     p->welcome.endpoints = endpoints;
-    p->welcome.n_endpoints = 4;
+    p->welcome.hosts = hosts;
+    p->welcome.pids = pids;
+    p->welcome.n_endpoints = p->welcome.n_hosts = p->welcome.n_pids = 4;
     p->welcome.heartbeat_ms = DDP_DEFAULT_HEARTBEAT_MS;
     p->welcome.liveness = DDP_DEFAULT_LIVENESS;
     p->env.welcome = &p->welcome;
@@ -1273,6 +1291,15 @@ static void build_status(parts *p) {
     p->status.n_jobs = 1;
     p->env.status_reply = &p->status;
 }
+static void bad_welcome_pids(parts *p) {
+    build_welcome(p);
+    p->welcome.n_pids = 3;
+}
+static void bad_welcome_host(parts *p) {
+    build_welcome(p);
+    static char *hosts[] = {"a", "b\x1b", "c", "d"};
+    p->welcome.hosts = hosts;
+}
 static void bad_status_job_name(parts *p) {
     build_status(p);
     p->job.name = "bad name";
@@ -1344,6 +1371,8 @@ static const hostile hostile_inputs[] = {
     {"welcome rank == world size", .build = bad_welcome_rank, .expected = -EPROTO, .env_kept = true},
     {"welcome heartbeat 0", .build = bad_welcome_heartbeat, .expected = -EPROTO, .env_kept = true},
     {"welcome liveness 0", .build = bad_welcome_liveness, .expected = -EPROTO, .env_kept = true},
+    {"welcome with 3 pids for 4", .build = bad_welcome_pids, .expected = -EPROTO, .env_kept = true},
+    {"welcome with an escape in a host", .build = bad_welcome_host, .expected = -EPROTO, .env_kept = true},
     {"reject code 0", .build = bad_reject_code_0, .expected = -EPROTO, .env_kept = true},
     {"reject code positive", .build = bad_reject_code_positive, .expected = -EPROTO, .env_kept = true},
     {"reject without reason", .build = bad_reject_no_reason, .expected = -EPROTO, .env_kept = true},

@@ -34,7 +34,8 @@ awk -v world="$world" -v rounds="$rounds" '
     for (i = 1; i <= n; i++) {
       s = sizes[i]
       if (!(s in g)) continue
-      printf "%12d %12.1f %12.1f %10.2f %12.3f %12.3f %10.2f\n", s, g[s], d[s], d[s] / g[s], gb[s], db[s], (gb[s] > 0 ? db[s] / gb[s] : 0)
+      # same bytes on both sides: the busbw ratio is the inverse time ratio, exact even where busbw rounds to 0
+      printf "%12d %12.1f %12.1f %10.2f %12.3f %12.3f %10.2f\n", s, g[s], d[s], d[s] / g[s], gb[s], db[s], g[s] / d[s]
     }
     print "# time_x = ddp time / gloo time (lower is better); busbw_x = ddp busbw / gloo busbw (higher is better)"
   }' "$out/gloo" "$out/ddp"

@@ -21,6 +21,11 @@
 #define DDP_MAX_STORE_WAIT_KEYS 64   /* keys one wait may name */
 #define DDP_MAX_STORE_WAITERS 4096   /* pending waits */
 
+/* Parameter-server mode: gradient buckets ddpd reduces */
+#define DDP_MAX_PS_BUCKETS 1024
+#define DDP_MAX_PS_BUCKET_ELEMENTS (16u << 20) /* f32: a 64 MiB frame, DDP_MAX_CONTROL_MSG_BYTES */
+#define DDP_MAX_PS_ELEMENTS (1u << 28)        /* all buckets of a job together */
+
 /* Framing: [envelope][payload...] */
 #define DDP_MAX_PAYLOAD_FRAMES 8
 #define DDP_MAX_ENVELOPE_BYTES (4u << 20)  /* a status of DDP_MAX_PEERS members, a store value */
@@ -41,3 +46,8 @@
 
 /* Configuration */
 #define DDP_MAX_CONFIG_STRING 1024   /* bytes of a string option */
+
+/* IDX data files (MNIST, Fashion-MNIST): what a header may promise before we allocate */
+#define DDP_MAX_IDX_ITEMS 10000000u        /* images or labels in one file */
+#define DDP_MAX_IDX_ITEM_PIXELS 1000000u   /* rows * cols of one image */
+#define DDP_MAX_IDX_BYTES (4ull << 30)     /* the whole payload */

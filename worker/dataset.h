@@ -1,0 +1,40 @@
+/* The training data: an MNIST-style directory of four IDX files, loaded, checked and
+ * normalised to floats.
+ *
+ * The directory holds train-images-idx3-ubyte, train-labels-idx1-ubyte,
+ * t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, each plain or gzip'd with a ".gz"
+ * suffix (the .gz wins when both are there). Each split's image and label counts must
+ * match, and both splits must have the same image size.
+ *
+ * Pixels become x = (p/255 - mean) / std, with mean and std (population) of p/255 over
+ * every training pixel, computed in double; the test split uses the training statistics.
+ * For Fashion-MNIST they come out at 0.2860 and 0.3530, PyTorch's tutorial constants. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#define DATASET_DEFAULT_DIR "/usr/share/datasets/fashion-mnist" /* Debian's dataset-fashion-mnist */
+#define DATASET_N_CLASSES 10u
+
+typedef struct {
+    size_t n, dim;
+    float *x;   /* (n, dim) */
+    uint8_t *y; /* (n) */
+} dataset_split;
+
+typedef struct {
+    dataset_split train, test;
+    size_t rows, cols; /* dim = rows * cols */
+    double mean, std;  /* of the training pixels p/255, before normalisation */
+    unsigned n_classes;
+} dataset;
+
+/* Returns 0, or a negative error with err naming the file and what is wrong: -ENOENT
+ * (a file missing: err lists the names looked for), -EBADMSG (a malformed file, counts or
+ * sizes that do not match, training pixels all equal), those of idx_read_*(). On failure
+ * *ret is left zeroed. */
+int dataset_load(const char *dir, dataset *ret, char *err, size_t err_size);
+void dataset_free(dataset *d);
+
+/* Training statistics of p/255 over n bytes: mean and population std, in double. */
+void dataset_pixel_stats(const uint8_t *pixels, size_t n, double *ret_mean, double *ret_std);

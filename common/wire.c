@@ -11,6 +11,7 @@ static const struct {
     const char *name;
     Ddp__Envelope__BodyCase body;
     bool needs_job;
+    size_t payload_frames;
 } wire_types[] = {
     [DDP__MSG_TYPE__JOIN] = {"join", DDP__ENVELOPE__BODY_JOIN, true},
     [DDP__MSG_TYPE__WELCOME] = {"welcome", DDP__ENVELOPE__BODY_WELCOME, true},
@@ -26,6 +27,8 @@ static const struct {
     [DDP__MSG_TYPE__STATUS_REQUEST] = {"status-request", DDP__ENVELOPE__BODY_STATUS_REQUEST, false},
     [DDP__MSG_TYPE__STATUS_REPLY] = {"status-reply", DDP__ENVELOPE__BODY_STATUS_REPLY, false},
     [DDP__MSG_TYPE__ERROR] = {"error", DDP__ENVELOPE__BODY_ERROR, false},
+    [DDP__MSG_TYPE__GRAD_PUSH] = {"grad-push", DDP__ENVELOPE__BODY_GRAD_PUSH, true, 1},
+    [DDP__MSG_TYPE__GRAD_AVG] = {"grad-avg", DDP__ENVELOPE__BODY_GRAD_AVG, true, 1},
 };
 #define WIRE_N_TYPES (sizeof(wire_types) / sizeof(wire_types[0]))
 
@@ -238,6 +241,18 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
         CHECK(!j->mode[0] || wire_name_valid(j->mode, DDP_MAX_MODE), "join: invalid mode");
         CHECK(wire_text_valid(j->host, DDP_MAX_HOST, false), "join: invalid host");
         CHECK(wire_text_valid(j->data_endpoint, DDP_MAX_ENDPOINT, true), "join: invalid data endpoint");
+        CHECK(j->n_ps_buckets <= DDP_MAX_PS_BUCKETS, "join: %zu ps buckets exceed %d", j->n_ps_buckets,
+              DDP_MAX_PS_BUCKETS);
+        uint64_t total = 0;
+        for (size_t i = 0; i < j->n_ps_buckets; i++) {
+            CHECK(j->ps_buckets[i] >= 1 && j->ps_buckets[i] <= DDP_MAX_PS_BUCKET_ELEMENTS,
+                  "join: ps bucket %zu of %llu elements not in [1, %u]", i, (unsigned long long)j->ps_buckets[i],
+                  DDP_MAX_PS_BUCKET_ELEMENTS);
+            total += j->ps_buckets[i];
+        }
+        CHECK(total <= DDP_MAX_PS_ELEMENTS, "join: ps buckets of %llu elements in all exceed %u",
+              (unsigned long long)total, DDP_MAX_PS_ELEMENTS);
+        CHECK(strcmp(j->mode, "ps") != 0 || j->n_ps_buckets > 0, "join: ps mode without a bucket layout");
         return 0;
     }
     case DDP__ENVELOPE__BODY_WELCOME: {
@@ -323,6 +338,12 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
         }
         return 0;
     }
+    case DDP__ENVELOPE__BODY_GRAD_PUSH:
+        CHECK(env->grad_push->bucket < DDP_MAX_PS_BUCKETS, "grad-push: bucket %u out of range", env->grad_push->bucket);
+        return 0;
+    case DDP__ENVELOPE__BODY_GRAD_AVG:
+        CHECK(env->grad_avg->bucket < DDP_MAX_PS_BUCKETS, "grad-avg: bucket %u out of range", env->grad_avg->bucket);
+        return 0;
     case DDP__ENVELOPE__BODY_ERROR:
         CHECK(env->error->code < 0, "error: code %d is not a negative error", env->error->code);
         CHECK(wire_text_valid(env->error->message, DDP_MAX_REASON, false), "error: invalid message");
@@ -344,6 +365,7 @@ int wire_validate(const Ddp__Envelope *env, size_t n_payload, char *err, size_t 
         CHECK(wire_name_valid(env->job, DDP_MAX_JOB_NAME), "%s: invalid job name (1-%d of [A-Za-z0-9._-])",
               wire_types[env->type].name, DDP_MAX_JOB_NAME);
     CHECK(env->rank >= -1 && env->rank < DDP_MAX_WORLD_SIZE, "rank %d out of range", env->rank);
-    CHECK(n_payload == 0, "%s message with %zu unexpected payload frames", wire_types[env->type].name, n_payload);
+    CHECK(n_payload == wire_types[env->type].payload_frames, "%s message with %zu payload frames, not %zu",
+          wire_types[env->type].name, n_payload, wire_types[env->type].payload_frames);
     return wire_validate_body(env, err, err_size);
 }

@@ -6,10 +6,19 @@
 
 #include "common/error.h"
 
-job *job_new(const char *name, const char *mode, uint32_t world_size, uint64_t now_ms) {
+job *job_new(const char *name, const char *mode, uint32_t world_size, const uint64_t *ps_layout, size_t n_ps_layout,
+             uint64_t now_ms) {
     job *j = calloc(1, sizeof(*j));
     if (!j)
         return NULL;
+    if (n_ps_layout) {
+        if (!(j->ps_layout = malloc(n_ps_layout * sizeof(uint64_t)))) {
+            free(j);
+            return NULL;
+        }
+        memcpy(j->ps_layout, ps_layout, n_ps_layout * sizeof(uint64_t));
+        j->n_ps_layout = n_ps_layout;
+    }
     snprintf(j->name, sizeof(j->name), "%s", name);
     snprintf(j->mode, sizeof(j->mode), "%s", mode);
     j->state = JOB_FORMING;
@@ -26,12 +35,14 @@ void job_free(job *j) {
         job_remove_waiter(j, j->n_waiters - 1);
     free(j->waiters);
     store_clear(&j->store);
+    ps_free(&j->ps);
+    free(j->ps_layout);
     free(j->members);
     free(j);
 }
 
-int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t rank, char *reason,
-                   size_t reason_size) {
+int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t rank, const uint64_t *ps_layout,
+                   size_t n_ps_layout, char *reason, size_t reason_size) {
     if (j->state != JOB_FORMING) {
         snprintf(reason, reason_size, "job '%s' is already running (generation %llu, world size %u)", j->name,
                  (unsigned long long)j->generation, j->world_size);
@@ -44,6 +55,12 @@ int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t 
     }
     if (strcmp(mode, j->mode) != 0) {
         snprintf(reason, reason_size, "mode '%s' differs from job '%s''s mode '%s'", mode, j->name, j->mode);
+        return -EINVAL;
+    }
+    if (n_ps_layout != j->n_ps_layout ||
+        (n_ps_layout && memcmp(ps_layout, j->ps_layout, n_ps_layout * sizeof(uint64_t)) != 0)) {
+        snprintf(reason, reason_size, "gradient buckets (%zu) differ from job '%s''s (%zu): another model or bucket size?",
+                 n_ps_layout, j->name, j->n_ps_layout);
         return -EINVAL;
     }
     if (rank >= 0)
@@ -116,7 +133,7 @@ static int job_member_rank_cmp(const void *a, const void *b) {
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
-void job_form(job *j, uint64_t generation) {
+int job_form(job *j, uint64_t generation) {
     bool taken[DDP_MAX_WORLD_SIZE] = {false};
     int32_t rank_of[DDP_MAX_WORLD_SIZE];
     job_plan_ranks(j, taken, rank_of);
@@ -125,6 +142,7 @@ void job_form(job *j, uint64_t generation) {
     qsort(j->members, j->n_members, sizeof(job_member), job_member_rank_cmp);
     j->state = JOB_RUNNING;
     j->generation = generation;
+    return j->n_ps_layout ? ps_init(&j->ps, j->ps_layout, j->n_ps_layout, j->world_size) : 0;
 }
 
 void job_missing_ranks(const job *j, char *buf, size_t size) {

@@ -11,6 +11,7 @@
 
 #include "common/limits.h"
 #include "common/wire.h"
+#include "server/ps.h"
 #include "server/store.h"
 
 typedef enum { JOB_FORMING, JOB_RUNNING } job_state;
@@ -57,15 +58,19 @@ typedef struct {
     store store;
     job_waiter *waiters;
     size_t n_waiters, waiters_capacity;
+    uint64_t *ps_layout;    /* ps mode: elements per gradient bucket, as the members declared */
+    size_t n_ps_layout;
+    ps_state ps;            /* set up when the job forms */
 } job;
 
-job *job_new(const char *name, const char *mode, uint32_t world_size, uint64_t now_ms);
+job *job_new(const char *name, const char *mode, uint32_t world_size, const uint64_t *ps_layout, size_t n_ps_layout,
+             uint64_t now_ms);
 void job_free(job *j);
 
 /* Checks that a join fits this forming job: same world size and mode, rank free.
  * Returns 0 or a negative error with reason filled. */
-int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t rank, char *reason,
-                   size_t reason_size);
+int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t rank, const uint64_t *ps_layout,
+                   size_t n_ps_layout, char *reason, size_t reason_size);
 int job_add_member(job *j, const job_member *m);
 void job_remove_member(job *j, size_t index);
 /* The member index for a connection, or -1. */
@@ -73,8 +78,8 @@ ssize_t job_find_member(const job *j, const uint8_t *identity, size_t identity_s
 
 bool job_complete(const job *j);
 /* Assigns ranks (requested ones kept, the rest the lowest free ranks in join order),
- * orders members by rank and marks the job running. */
-void job_form(job *j, uint64_t generation);
+ * orders members by rank, sets up the ps reduction and marks the job running. */
+int job_form(job *j, uint64_t generation);
 /* The ranks still missing while forming, as "{2, 3}". */
 void job_missing_ranks(const job *j, char *buf, size_t size);
 /* Members that have not left. */

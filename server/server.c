@@ -103,7 +103,10 @@ static void server_abort_job(server *s, job *j, ssize_t culprit, int code, const
 }
 
 static void server_form_job(server *s, job *j) {
-    job_form(j, ++s->last_generation);
+    if (job_form(j, ++s->last_generation) < 0) {
+        server_abort_job(s, j, -1, -ENOMEM, "ddpd is out of memory for the job's gradient buckets");
+        return;
+    }
     char *endpoints[DDP_MAX_WORLD_SIZE], *hosts[DDP_MAX_WORLD_SIZE];
     uint32_t pids[DDP_MAX_WORLD_SIZE];
     for (size_t i = 0; i < j->n_members; i++) {
@@ -189,7 +192,8 @@ static void server_on_join(server *s, const wire_msg *msg) {
         n_members += s->jobs[i]->n_members;
     int r = 0;
     if (j)
-        r = job_check_join(j, jn->world_size, jn->mode, jn->rank, reason, sizeof(reason));
+        r = job_check_join(j, jn->world_size, jn->mode, jn->rank, jn->ps_buckets, jn->n_ps_buckets, reason,
+                           sizeof(reason));
     else if (s->n_jobs == DDP_MAX_JOBS) {
         snprintf(reason, sizeof(reason), "ddpd already holds %d jobs", DDP_MAX_JOBS);
         r = -ENOSPC;
@@ -204,7 +208,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
         return;
     }
     if (!j) {
-        j = job_new(env->job, jn->mode, jn->world_size, clock_now_ms());
+        j = job_new(env->job, jn->mode, jn->world_size, jn->ps_buckets, jn->n_ps_buckets, clock_now_ms());
         if (!j) {
             server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, -ENOMEM, "out of memory");
             return;
@@ -395,6 +399,41 @@ static void server_on_store(server *s, const wire_msg *msg) {
     }
 }
 
+/* ps mode: a rank's bucket of gradients; once every rank's is in, each gets the average. */
+static void server_on_grad_push(server *s, wire_msg *msg) {
+    job *j;
+    job_member *m;
+    if (server_member_of(s, msg, &j, &m) < 0)
+        return;
+    if (!j->n_ps_layout) {
+        server_send_error(s, msg, -EPROTO, "grad-push: job '%s' is not in ps mode", j->name);
+        return;
+    }
+    const Ddp__GradPush *push = msg->env->grad_push;
+    char err[DDP_MAX_REASON];
+    zmq_msg_t average;
+    int r = ps_push(&j->ps, (uint32_t)m->rank, push->step, push->bucket, &msg->payload[0], &average, err, sizeof(err));
+    if (r < 0) {
+        server_send_error(s, msg, r, "grad-push from rank %d: %s", m->rank, err);
+        return;
+    }
+    if (r == 0)
+        return;
+    Ddp__GradAvg body = DDP__GRAD_AVG__INIT;
+    body.step = push->step;
+    body.bucket = push->bucket;
+    wire_frame frame = {zmq_msg_data(&average), zmq_msg_size(&average)};
+    for (size_t i = 0; i < j->n_members; i++) {
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
+        env.grad_avg = &body;
+        int e = wire_send(s->router, j->members[i].identity, j->members[i].identity_size, &env, &frame, 1);
+        if (e < 0)
+            log_debug("could not send grad-avg to rank %d: %s", j->members[i].rank, error_string(e));
+    }
+    zmq_msg_close(&average);
+}
+
 static void server_on_status(server *s, const wire_msg *msg) {
     uint64_t now = clock_now_ms();
     size_t n_members = 0;
@@ -494,6 +533,9 @@ static void server_handle(server *s, wire_msg *msg, int r) {
         break;
     case DDP__MSG_TYPE__STATUS_REQUEST:
         server_on_status(s, msg);
+        break;
+    case DDP__MSG_TYPE__GRAD_PUSH:
+        server_on_grad_push(s, msg);
         break;
     default: {
         char peer[32];

@@ -212,7 +212,7 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     return r;
 }
 
-static int agent_command(agent *a, char cmd, const Ddp__Envelope *env) {
+static int agent_command(agent *a, char cmd, const Ddp__Envelope *env, const void *payload, size_t bytes) {
     /* The agent always drains its pipe, so only a quit may block: it must get through. */
     int dontwait = cmd == AGENT_QUIT ? 0 : ZMQ_DONTWAIT;
     zmq_msg_t frame;
@@ -224,15 +224,22 @@ static int agent_command(agent *a, char cmd, const Ddp__Envelope *env) {
             zmq_msg_close(&frame);
         return r;
     }
-    if (env && zmq_msg_send(&frame, a->pipe, dontwait) < 0) {
+    /* A multipart message goes whole once its first part went: the rest cannot fail on a full queue. */
+    if (env && zmq_msg_send(&frame, a->pipe, (bytes ? ZMQ_SNDMORE : 0) | dontwait) < 0) {
         zmq_msg_close(&frame);
         return -errno;
     }
+    if (bytes && zmq_send(a->pipe, payload, bytes, dontwait) < 0)
+        return -errno;
     return 0;
 }
 
 int agent_send(agent *a, const Ddp__Envelope *env) {
-    return agent_command(a, AGENT_FORWARD, env);
+    return agent_command(a, AGENT_FORWARD, env, NULL, 0);
+}
+
+int agent_send_payload(agent *a, const Ddp__Envelope *env, const void *payload, size_t bytes) {
+    return agent_command(a, AGENT_FORWARD, env, payload, bytes);
 }
 
 int agent_next(agent *a, int timeout_ms, agent_event **ret_event) {
@@ -259,8 +266,8 @@ void agent_event_free(agent_event *ev) {
 void agent_stop(agent *a, const Ddp__Envelope *leave) {
     if (!a->running)
         return;
-    if (agent_command(a, AGENT_QUIT, leave) < 0 && leave)
-        agent_command(a, AGENT_QUIT, NULL);
+    if (agent_command(a, AGENT_QUIT, leave, NULL, 0) < 0 && leave)
+        agent_command(a, AGENT_QUIT, NULL, NULL, 0);
     pthread_join(a->thread, NULL);
     /* Free whatever the agent posted that nobody read. */
     agent_event *ev;

@@ -38,8 +38,9 @@ typedef struct {
 
 /* Connects to the coordinator and starts the thread. */
 int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms);
-/* Sends env to ddpd through the agent. */
+/* Sends env to ddpd through the agent, with one payload frame when bytes > 0. */
 int agent_send(agent *a, const Ddp__Envelope *env);
+int agent_send_payload(agent *a, const Ddp__Envelope *env, const void *payload, size_t bytes);
 /* Waits up to timeout_ms for the next event; -ETIMEDOUT, -EINTR on a signal. */
 int agent_next(agent *a, int timeout_ms, agent_event **ret_event);
 void agent_event_free(agent_event *ev);

@@ -22,6 +22,8 @@ typedef struct {
     bool receiving;      /* recv rather than send */
 } coll_args;
 
+/* Waits until every async request has run, so the caller may use the data plane. */
+void coll_drain(ddp_group *g);
 /* Stops the communication thread once its queue is empty. */
 void coll_shutdown(ddp_group *g);
 

@@ -67,7 +67,7 @@ int coll_reduce_chain(ddp_group *g, const coll_args *a) {
             r = comm_send(g, next, call, 0, off, partial + off * es, len, true);
     }
     r = comm_finish(g, r, call->deadline_ms);
-    if (!root)
+    if (!root && !comm_buffers_exposed(g)) /* else a peer may still read it: better leaked than reused */
         free(partial);
     return r;
 }

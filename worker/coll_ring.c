@@ -140,7 +140,8 @@ int coll_reduce_scatter_ring(ddp_group *g, const coll_args *a) {
         r = comm_finish(g, r, a->call.deadline_ms);
     } else
         group_fail(g, r, "out of memory for a reduce_scatter of %zu bytes", total);
-    free(work);
+    if (!comm_buffers_exposed(g)) /* else a peer may still read it: better leaked than reused */
+        free(work);
     free(blocks);
     return r;
 }

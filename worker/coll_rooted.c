@@ -29,7 +29,9 @@ int coll_scatter(ddp_group *g, const coll_args *a) {
     for (int k = 0; k < g->world_size && r == 0; k++)
         if (k != g->rank)
             r = coll_send_range(g, k, call, 0, send + (size_t)k * bytes, 0, call->count, true);
+    /* The root's own slice last: recv may overlap a slice still on its way to a peer. */
+    r = comm_finish(g, r, call->deadline_ms);
     if (r == 0)
         memmove(a->recv, send + (size_t)g->rank * bytes, bytes);
-    return comm_finish(g, r, call->deadline_ms);
+    return r;
 }

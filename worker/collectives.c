@@ -56,7 +56,7 @@ static int coll_execute(ddp_group *g, coll_args *a) {
         return g->failed;
     a->call.deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms;
     int r = coll_dispatch(g, a);
-    if (r < 0 && !(a->call.kind == COLL_SEND && r == -EINVAL))
+    if (r < 0) /* a mismatched recv too: the rest of that message is still queued, out of step */
         g->failed = r;
     return r;
 }
@@ -90,8 +90,7 @@ static void *comm_thread_main(void *arg) {
     return NULL;
 }
 
-/* Waits until every async request has run, so the caller may use the data plane. */
-static void coll_drain(ddp_group *g) {
+void coll_drain(ddp_group *g) {
     if (!g->comm_thread_started)
         return;
     pthread_mutex_lock(&g->queue_lock);
@@ -280,6 +279,17 @@ DDP_EXPORT int ddp_all_reduce_async(ddp_group *g, void *buf, size_t count, ddp_d
     pthread_cond_broadcast(&g->queue_changed);
     pthread_mutex_unlock(&g->queue_lock);
     *ret_req = req;
+    return 0;
+}
+
+DDP_EXPORT int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats) {
+    if (!g || !ret_stats)
+        return -EINVAL;
+    /* Counted by whichever thread runs the data plane; read between calls. */
+    ddp_group *mut = (ddp_group *)g;
+    coll_drain(mut);
+    *ret_stats = (ddp_stats){g->comm.bytes_sent, g->comm.bytes_received, g->comm.messages_sent,
+                             g->comm.messages_received};
     return 0;
 }
 

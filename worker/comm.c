@@ -57,7 +57,12 @@ int comm_init(ddp_group *g) {
         return -ENOMEM;
     atomic_init(&c->inflight, 0);
     pthread_mutex_init(&c->inflight_lock, NULL);
-    pthread_cond_init(&c->inflight_done, NULL);
+    pthread_condattr_t attr; /* waits measured on the monotonic clock, like every deadline here */
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->inflight_done, &attr);
+    pthread_condattr_destroy(&attr);
+    c->locks_ready = true;
     return 0;
 }
 
@@ -106,10 +111,6 @@ void comm_close(ddp_group *g) {
     }
     free(c->scratch);
     c->scratch = NULL;
-    if (c->push || c->queue) {
-        pthread_mutex_destroy(&c->inflight_lock);
-        pthread_cond_destroy(&c->inflight_done);
-    }
     c->push = NULL;
     c->queue = NULL;
 }
@@ -191,6 +192,8 @@ int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_
         zmq_msg_close(&m);
         return group_fail(g, r, "cannot send to rank %d: %s", dst, zmq_strerror(-r));
     }
+    c->bytes_sent += bytes;
+    c->messages_sent++;
     return 0;
 }
 
@@ -302,7 +305,7 @@ static void comm_read_one(ddp_group *g) {
                 c->remote_pending--;
             comm_frame_free(f);
             return;
-        } else if (c->queued_bytes + h->n * dtype_size(h->dtype) > COMM_MAX_QUEUED_BYTES)
+        } else if (c->queued_bytes + zmq_msg_size(&f->payload) > COMM_MAX_QUEUED_BYTES)
             why = "more early data than the matching queue holds";
         /* A remote frame is read when it is used; a neighbour that finished the probe
          * may send one before this rank has, so it is taken whatever remote_reads says. */
@@ -315,7 +318,9 @@ static void comm_read_one(ddp_group *g) {
         comm_frame_free(f);
         return;
     }
-    c->queued_bytes += h->n * dtype_size(h->dtype);
+    c->queued_bytes += zmq_msg_size(&f->payload); /* a remote frame holds nothing */
+    c->bytes_received += h->n * dtype_size(h->dtype);
+    c->messages_received++;
     comm_frame **tail = &c->queue[h->src];
     while (*tail)
         tail = &(*tail)->next;
@@ -328,7 +333,7 @@ static comm_frame *comm_take(comm *c, int src, uint64_t seq, int32_t tag) {
             comm_frame *f = *p;
             *p = f->next;
             f->next = NULL;
-            c->queued_bytes -= f->h.n * dtype_size(f->h.dtype);
+            c->queued_bytes -= zmq_msg_size(&f->payload);
             return f;
         }
     return NULL;
@@ -448,7 +453,7 @@ static int comm_flush(ddp_group *g, uint64_t deadline_ms) {
         if (wake > deadline_ms)
             wake = deadline_ms;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t ms = wake - clock_now_ms();
         if ((int64_t)ms < 0)
             ms = 0;
@@ -483,6 +488,18 @@ static int comm_wait_remote_reads(ddp_group *g, uint64_t deadline_ms) {
     return 0;
 }
 
+bool comm_buffers_exposed(const ddp_group *g) {
+    return g->comm.exposed;
+}
+
+void comm_destroy_locks(ddp_group *g) {
+    if (!g->comm.locks_ready)
+        return;
+    pthread_mutex_destroy(&g->comm.inflight_lock);
+    pthread_cond_destroy(&g->comm.inflight_done);
+    g->comm.locks_ready = false;
+}
+
 int comm_finish(ddp_group *g, int result, uint64_t deadline_ms) {
     comm *c = &g->comm;
     if (result == 0 && c->remote_pending > 0)
@@ -492,7 +509,10 @@ int comm_finish(ddp_group *g, int result, uint64_t deadline_ms) {
     if (result < 0) {
         if (atomic_load(&c->inflight) > 0)
             comm_cancel(g);
-        c->remote_pending = 0; /* the job is over: a peer that still reads gets what is there */
+        /* The job is over, but a peer may still read what it was told of: the caller must
+         * not free such buffers (comm_buffers_exposed). */
+        c->exposed = c->remote_pending > 0 || atomic_load(&c->inflight) > 0;
+        c->remote_pending = 0;
     }
     return result;
 }

@@ -85,10 +85,13 @@ typedef struct {
     pthread_cond_t inflight_done;
     uint64_t dropped;      /* malformed or stale frames */
     char dropped_why[160];
+    unsigned long long bytes_sent, bytes_received, messages_sent, messages_received;
     bool remote_reads;     /* every peer's memory can be read with process_vm_readv */
     void *scratch;         /* where remote frames land when they are to be reduced, not kept */
     size_t scratch_size;
     long remote_pending;   /* COMM_FLAG_REMOTE frames sent and not yet acknowledged */
+    bool exposed;          /* a failed call left buffers a peer or ZeroMQ may still read */
+    bool locks_ready;
 } comm;
 
 /* What a wait expects of a frame; the rest of the header must match the caller's call. */
@@ -130,6 +133,10 @@ void comm_frame_free(comm_frame *f);
  * until ZeroMQ has let go of them all; when it failed, drops every queued send so that no
  * buffer is read after the call returns. Returns the call's result, or the flush's. */
 int comm_finish(ddp_group *g, int result, uint64_t deadline_ms);
+/* After comm_finish() failed: whether the call's own buffers must be left allocated. */
+bool comm_buffers_exposed(const ddp_group *g);
+/* Once ZeroMQ's threads are gone (after zmq_ctx_term): its callbacks take these locks. */
+void comm_destroy_locks(ddp_group *g);
 
 /* Elements per frame for a dtype: frames stay well under the socket's message limit and
  * small enough for reduction to overlap transfer. */

@@ -22,6 +22,8 @@ static _Thread_local char init_error[DDP_MAX_REASON + 256];
 
 /* The options with every unset field filled from the environment or the default. */
 typedef struct {
+    const unsigned long long *ps_buckets;
+    size_t n_ps_buckets;
     char coordinator[DDP_MAX_ENDPOINT + 1];
     char job[DDP_MAX_JOB_NAME + 1];
     char mode[DDP_MAX_MODE + 1];
@@ -118,6 +120,13 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
         s->local_rank = 0;
         TRY(env_int("LOCAL_RANK", 0, DDP_MAX_WORLD_SIZE - 1, &s->local_rank));
     }
+    s->ps_buckets = o->ps_buckets;
+    s->n_ps_buckets = o->n_ps_buckets;
+    if (s->n_ps_buckets > DDP_MAX_PS_BUCKETS || (s->n_ps_buckets && !s->ps_buckets)) {
+        snprintf(init_error, sizeof(init_error), "ps_buckets: %zu buckets (at most %d)", s->n_ps_buckets,
+                 DDP_MAX_PS_BUCKETS);
+        return -EINVAL;
+    }
     s->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DDP_DEFAULT_TIMEOUT_MS;
     s->join_timeout_ms = o->join_timeout_ms > 0 ? o->join_timeout_ms : DDP_DEFAULT_JOIN_TIMEOUT_MS;
     s->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : DDP_DEFAULT_CONNECT_TIMEOUT_MS;
@@ -174,6 +183,11 @@ int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int
             agent_event_free(ev);
             return g->failed;
         }
+        if (reply->type == DDP__MSG_TYPE__GRAD_AVG && reply->grad_avg->bucket < g->n_ps_buckets &&
+            !g->ps_early[reply->grad_avg->bucket]) {
+            g->ps_early[reply->grad_avg->bucket] = ev; /* ps mode: for the next ddp_ps_pull */
+            continue;
+        }
         if (reply->seq != env->seq) { /* a late answer to an earlier request */
             agent_event_free(ev);
             continue;
@@ -207,10 +221,17 @@ static void group_free(ddp_group *g) {
             free(g->endpoints[i]);
     free(g->endpoints);
     free(g->pids);
+    for (size_t i = 0; g->ps_early && i < g->n_ps_buckets; i++)
+        agent_event_free(g->ps_early[i]);
+    free(g->ps_early);
+    free(g->ps_buckets);
+    free(g->ps_push_step);
+    free(g->ps_pull_step);
     if (g->data)
         zmq_close(g->data);
     if (g->zmq_ctx)
         zmq_ctx_term(g->zmq_ctx);
+    comm_destroy_locks(g);
     free(g);
 }
 
@@ -241,6 +262,8 @@ static int group_join(ddp_group *g, const group_settings *s) {
     body.pid = (uint32_t)getpid();
     body.host = host;
     body.data_endpoint = g->data_endpoint;
+    body.ps_buckets = g->ps_buckets;
+    body.n_ps_buckets = g->n_ps_buckets;
     Ddp__Envelope env;
     group_envelope(g, &env, DDP__MSG_TYPE__JOIN);
     env.join = &body;
@@ -316,14 +339,27 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         snprintf(init_error, sizeof(init_error), "out of memory");
         return -ENOMEM;
     }
+    pthread_mutex_init(&g->queue_lock, NULL);
+    pthread_cond_init(&g->queue_changed, NULL);
     snprintf(g->coordinator, sizeof(g->coordinator), "%s", s.coordinator);
+    if (s.n_ps_buckets) {
+        g->n_ps_buckets = s.n_ps_buckets;
+        g->ps_buckets = calloc(s.n_ps_buckets, sizeof(uint64_t));
+        g->ps_push_step = calloc(s.n_ps_buckets, sizeof(uint64_t));
+        g->ps_pull_step = calloc(s.n_ps_buckets, sizeof(uint64_t));
+        g->ps_early = calloc(s.n_ps_buckets, sizeof(agent_event *));
+        if (!g->ps_buckets || !g->ps_push_step || !g->ps_pull_step || !g->ps_early) {
+            r = -ENOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < s.n_ps_buckets; i++)
+            g->ps_buckets[i] = s.ps_buckets[i];
+    }
     snprintf(g->job, sizeof(g->job), "%s", s.job);
     g->rank = -1;
     g->world_size = s.world_size;
     g->local_rank = s.local_rank;
     g->timeout_ms = s.timeout_ms;
-    pthread_mutex_init(&g->queue_lock, NULL);
-    pthread_cond_init(&g->queue_changed, NULL);
     g->zmq_ctx = zmq_ctx_new();
     if (!g->zmq_ctx) {
         r = -errno;
@@ -385,6 +421,7 @@ DDP_EXPORT int ddp_local_rank(const ddp_group *g) {
 }
 
 DDP_EXPORT int ddp_barrier(ddp_group *g) {
+    coll_drain(g); /* after every async request before it, as every call on the group */
     Ddp__Barrier body = DDP__BARRIER__INIT;
     body.round = g->barrier_round;
     Ddp__Envelope env;

@@ -1,5 +1,6 @@
 /* The process group's insides, shared by the files of libddp. */
 #pragma once
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -25,8 +26,15 @@ struct ddp_group {
     agent agent;
     comm comm;
     uint64_t coll_seq;        /* collectives issued so far, every rank in the same order */
-    int failed;               /* the first fatal error (an Abort, a lost coordinator), or 0 */
+    _Atomic int failed;       /* the first fatal error (an Abort, a lost coordinator), or 0; the
+                                 communication thread may set it while the caller reads it */
     char last_error[DDP_MAX_REASON + 256];
+
+    /* ps mode: the declared buckets, the step of each, averages that came early */
+    uint64_t *ps_buckets;
+    size_t n_ps_buckets;
+    uint64_t *ps_push_step, *ps_pull_step;
+    agent_event **ps_early;   /* (n_ps_buckets) an average waiting to be pulled */
 
     /* The communication thread that runs async requests, in order, one at a time. */
     pthread_t comm_thread;

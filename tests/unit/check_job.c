@@ -26,7 +26,7 @@ static job_member member(uint32_t i, int32_t requested_rank) {
 
 /* A job with one member per entry of requested[], joined in that order. */
 static job *job_with(uint32_t world_size, const int32_t *requested, size_t n) {
-    job *j = job_new("train", "ddp", world_size, 1234);
+    job *j = job_new("train", "ddp", world_size, NULL, 0, 1234);
     ck_assert_ptr_nonnull(j);
     for (size_t i = 0; i < n; i++) {
         job_member m = member((uint32_t)i, requested[i]);
@@ -47,7 +47,7 @@ static uint32_t joiner_of(const job_member *m) {
 /* ---- core ----------------------------------------------------------------------- */
 
 START_TEST(test_new_job) {
-    job *j = job_new("train.v2", "ps", 8, 555);
+    job *j = job_new("train.v2", "ps", 8, NULL, 0, 555);
     ck_assert_ptr_nonnull(j);
     ck_assert_str_eq(j->name, "train.v2");
     ck_assert_str_eq(j->mode, "ps");
@@ -142,7 +142,7 @@ END_TEST
 
 START_TEST(test_missing_ranks) {
     char buf[256];
-    job *j = job_new("train", "", 4, 0);
+    job *j = job_new("train", "", 4, NULL, 0, 0);
     job_missing_ranks(j, buf, sizeof(buf));
     ck_assert_str_eq(buf, "{0, 1, 2, 3}");
     job_member a = member(0, 3), b = member(1, 2);
@@ -203,7 +203,7 @@ START_TEST(test_find_and_remove_member) {
 END_TEST
 
 START_TEST(test_binary_identities) {
-    job *j = job_new("bin", "", 2, 0);
+    job *j = job_new("bin", "", 2, NULL, 0, 0);
     job_member a, b;
     memset(&a, 0, sizeof(a));
     memset(&b, 0, sizeof(b));
@@ -221,7 +221,7 @@ START_TEST(test_binary_identities) {
     ck_assert_int_eq(job_find_member(j, id_a, 1), -1);
     /* the largest routing id */
     job_free(j);
-    j = job_new("big-id", "", 1, 0);
+    j = job_new("big-id", "", 1, NULL, 0, 0);
     memset(&a, 0, sizeof(a));
     memset(a.identity, 0xab, WIRE_MAX_IDENTITY);
     a.identity_size = WIRE_MAX_IDENTITY;
@@ -249,17 +249,17 @@ END_TEST
 
 START_TEST(test_check_join_accepts) {
     char reason[DDP_MAX_REASON] = "untouched";
-    job *j = job_new("train", "ddp", 4, 0);
-    ck_assert_int_eq(job_check_join(j, 4, "ddp", -1, reason, sizeof(reason)), 0);
-    ck_assert_int_eq(job_check_join(j, 4, "ddp", 0, reason, sizeof(reason)), 0);
-    ck_assert_int_eq(job_check_join(j, 4, "ddp", 3, reason, sizeof(reason)), 0);
+    job *j = job_new("train", "ddp", 4, NULL, 0, 0);
+    ck_assert_int_eq(job_check_join(j, 4, "ddp", -1, NULL, 0, reason, sizeof(reason)), 0);
+    ck_assert_int_eq(job_check_join(j, 4, "ddp", 0, NULL, 0, reason, sizeof(reason)), 0);
+    ck_assert_int_eq(job_check_join(j, 4, "ddp", 3, NULL, 0, reason, sizeof(reason)), 0);
     job_member m = member(0, 2);
     ck_assert_int_eq(job_add_member(j, &m), 0);
-    ck_assert_int_eq(job_check_join(j, 4, "ddp", 1, reason, sizeof(reason)), 0);
+    ck_assert_int_eq(job_check_join(j, 4, "ddp", 1, NULL, 0, reason, sizeof(reason)), 0);
     /* any number of any-rank joiners */
     job_member any = member(1, -1);
     ck_assert_int_eq(job_add_member(j, &any), 0);
-    ck_assert_int_eq(job_check_join(j, 4, "ddp", -1, reason, sizeof(reason)), 0);
+    ck_assert_int_eq(job_check_join(j, 4, "ddp", -1, NULL, 0, reason, sizeof(reason)), 0);
     ck_assert_str_eq(reason, "untouched");
     job_free(j);
 }
@@ -270,7 +270,7 @@ END_TEST
 START_TEST(test_missing_ranks_truncated) {
     char buf[256];
     memset(buf, '#', sizeof(buf));
-    job *j = job_new("huge", "", DDP_MAX_WORLD_SIZE, 0);
+    job *j = job_new("huge", "", DDP_MAX_WORLD_SIZE, NULL, 0, 0);
     job_missing_ranks(j, buf, 128);
     size_t n = strlen(buf);
     ck_assert_uint_lt(n, 128);
@@ -302,7 +302,7 @@ START_TEST(test_missing_ranks_truncated) {
 END_TEST
 
 START_TEST(test_missing_ranks_small_buffers) {
-    job *j = job_new("w", "", 4, 0);
+    job *j = job_new("w", "", 4, NULL, 0, 0);
     char buf[32];
     for (size_t size = 1; size < sizeof(buf); size++) {
         memset(buf, '#', sizeof(buf));
@@ -320,7 +320,7 @@ START_TEST(test_missing_ranks_small_buffers) {
 END_TEST
 
 START_TEST(test_capacity_grows_to_world) {
-    job *j = job_new("grow", "", 100, 0);
+    job *j = job_new("grow", "", 100, NULL, 0, 0);
     for (uint32_t i = 0; i < 100; i++) {
         job_member m = member(i, -1);
         ck_assert_int_eq(job_add_member(j, &m), 0);
@@ -340,32 +340,32 @@ END_TEST
 
 START_TEST(test_check_join_duplicate_rank) {
     char reason[DDP_MAX_REASON];
-    job *j = job_new("dup", "ddp", 4, 0);
+    job *j = job_new("dup", "ddp", 4, NULL, 0, 0);
     job_member m = member(5, 1);
     snprintf(m.host, sizeof(m.host), "gpu-node-17.cluster");
     m.pid = 31337;
     ck_assert_int_eq(job_add_member(j, &m), 0);
     reason[0] = '\0';
-    ck_assert_int_eq(job_check_join(j, 4, "ddp", 1, reason, sizeof(reason)), -EEXIST);
+    ck_assert_int_eq(job_check_join(j, 4, "ddp", 1, NULL, 0, reason, sizeof(reason)), -EEXIST);
     ck_assert_msg(strstr(reason, "rank 1"), "%s", reason);
     ck_assert_msg(strstr(reason, "'dup'"), "%s", reason);
     ck_assert_msg(strstr(reason, "pid 31337"), "%s", reason);
     ck_assert_msg(strstr(reason, "gpu-node-17.cluster"), "%s", reason);
     ck_assert_str_eq(reason, "rank 1 of job 'dup' is already taken by pid 31337 on gpu-node-17.cluster");
     /* other ranks are still free */
-    ck_assert_int_eq(job_check_join(j, 4, "ddp", 0, reason, sizeof(reason)), 0);
-    ck_assert_int_eq(job_check_join(j, 4, "ddp", -1, reason, sizeof(reason)), 0);
+    ck_assert_int_eq(job_check_join(j, 4, "ddp", 0, NULL, 0, reason, sizeof(reason)), 0);
+    ck_assert_int_eq(job_check_join(j, 4, "ddp", -1, NULL, 0, reason, sizeof(reason)), 0);
     job_free(j);
 }
 END_TEST
 
 START_TEST(test_check_join_world_size) {
     char reason[DDP_MAX_REASON];
-    job *j = job_new("ws", "ddp", 4, 0);
+    job *j = job_new("ws", "ddp", 4, NULL, 0, 0);
     reason[0] = '\0';
-    ck_assert_int_eq(job_check_join(j, 3, "ddp", -1, reason, sizeof(reason)), -EINVAL);
+    ck_assert_int_eq(job_check_join(j, 3, "ddp", -1, NULL, 0, reason, sizeof(reason)), -EINVAL);
     ck_assert_str_eq(reason, "world size 3 differs from job 'ws''s world size 4");
-    ck_assert_int_eq(job_check_join(j, 5, "ddp", 0, reason, sizeof(reason)), -EINVAL);
+    ck_assert_int_eq(job_check_join(j, 5, "ddp", 0, NULL, 0, reason, sizeof(reason)), -EINVAL);
     ck_assert_msg(strstr(reason, "world size 5"), "%s", reason);
     job_free(j);
 }
@@ -373,18 +373,18 @@ END_TEST
 
 START_TEST(test_check_join_mode) {
     char reason[DDP_MAX_REASON];
-    job *j = job_new("md", "ddp", 2, 0);
+    job *j = job_new("md", "ddp", 2, NULL, 0, 0);
     reason[0] = '\0';
-    ck_assert_int_eq(job_check_join(j, 2, "ps", -1, reason, sizeof(reason)), -EINVAL);
+    ck_assert_int_eq(job_check_join(j, 2, "ps", -1, NULL, 0, reason, sizeof(reason)), -EINVAL);
     ck_assert_str_eq(reason, "mode 'ps' differs from job 'md''s mode 'ddp'");
-    ck_assert_int_eq(job_check_join(j, 2, "", -1, reason, sizeof(reason)), -EINVAL);
-    ck_assert_int_eq(job_check_join(j, 2, "ddpx", -1, reason, sizeof(reason)), -EINVAL);
-    ck_assert_int_eq(job_check_join(j, 2, "dd", -1, reason, sizeof(reason)), -EINVAL);
+    ck_assert_int_eq(job_check_join(j, 2, "", -1, NULL, 0, reason, sizeof(reason)), -EINVAL);
+    ck_assert_int_eq(job_check_join(j, 2, "ddpx", -1, NULL, 0, reason, sizeof(reason)), -EINVAL);
+    ck_assert_int_eq(job_check_join(j, 2, "dd", -1, NULL, 0, reason, sizeof(reason)), -EINVAL);
     job_free(j);
     /* a plain process group, "" */
-    j = job_new("plain", "", 2, 0);
-    ck_assert_int_eq(job_check_join(j, 2, "", -1, reason, sizeof(reason)), 0);
-    ck_assert_int_eq(job_check_join(j, 2, "ddp", -1, reason, sizeof(reason)), -EINVAL);
+    j = job_new("plain", "", 2, NULL, 0, 0);
+    ck_assert_int_eq(job_check_join(j, 2, "", -1, NULL, 0, reason, sizeof(reason)), 0);
+    ck_assert_int_eq(job_check_join(j, 2, "ddp", -1, NULL, 0, reason, sizeof(reason)), -EINVAL);
     job_free(j);
 }
 END_TEST
@@ -396,12 +396,12 @@ START_TEST(test_check_join_running) {
     job_form(j, 77);
     reason[0] = '\0';
     /* even a join that matches in every way */
-    ck_assert_int_eq(job_check_join(j, 2, "ddp", -1, reason, sizeof(reason)), -EBUSY);
+    ck_assert_int_eq(job_check_join(j, 2, "ddp", -1, NULL, 0, reason, sizeof(reason)), -EBUSY);
     ck_assert_msg(strstr(reason, "already running"), "%s", reason);
     ck_assert_msg(strstr(reason, "generation 77"), "%s", reason);
     ck_assert_msg(strstr(reason, "'train'"), "%s", reason);
     /* running comes first, before world size, mode or rank */
-    ck_assert_int_eq(job_check_join(j, 3, "ps", 0, reason, sizeof(reason)), -EBUSY);
+    ck_assert_int_eq(job_check_join(j, 3, "ps", 0, NULL, 0, reason, sizeof(reason)), -EBUSY);
     job_free(j);
 }
 END_TEST
@@ -409,8 +409,8 @@ END_TEST
 START_TEST(test_check_join_reason_truncated) {
     char reason[16];
     memset(reason, '#', sizeof(reason));
-    job *j = job_new("a-rather-long-job-name", "ddp", 4, 0);
-    ck_assert_int_eq(job_check_join(j, 3, "ddp", -1, reason, 10), -EINVAL);
+    job *j = job_new("a-rather-long-job-name", "ddp", 4, NULL, 0, 0);
+    ck_assert_int_eq(job_check_join(j, 3, "ddp", -1, NULL, 0, reason, 10), -EINVAL);
     ck_assert_uint_eq(strlen(reason), 9);
     ck_assert_int_eq(reason[10], '#');
     job_free(j);

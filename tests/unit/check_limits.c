@@ -437,7 +437,7 @@ static job_member member(uint32_t i, int32_t rank) {
 }
 
 START_TEST(test_job_members_beyond_world) {
-    job *j = job_new("small", "ddp", 3, 0);
+    job *j = job_new("small", "ddp", 3, NULL, 0, 0);
     ck_assert_ptr_nonnull(j);
     for (uint32_t i = 0; i < 3; i++) {
         job_member m = member(i, -1);
@@ -450,7 +450,7 @@ START_TEST(test_job_members_beyond_world) {
     ck_assert_int_eq(job_find_member(j, extra.identity, extra.identity_size), -1);
     job_free(j);
 
-    j = job_new("large", "", DDP_MAX_WORLD_SIZE, 0);
+    j = job_new("large", "", DDP_MAX_WORLD_SIZE, NULL, 0, 0);
     ck_assert_ptr_nonnull(j);
     for (uint32_t i = 0; i < DDP_MAX_WORLD_SIZE; i++) {
         job_member m = member(i, (int32_t)(DDP_MAX_WORLD_SIZE - 1 - i));
@@ -467,7 +467,7 @@ START_TEST(test_job_members_beyond_world) {
     job_free(j);
 
     /* world size 1: room for exactly one */
-    j = job_new("one", "", 1, 0);
+    j = job_new("one", "", 1, NULL, 0, 0);
     job_member m0 = member(0, -1), m1 = member(1, -1);
     ck_assert_int_eq(job_add_member(j, &m0), 0);
     ck_assert_int_eq(job_add_member(j, &m1), -ENOSPC);
@@ -477,7 +477,7 @@ START_TEST(test_job_members_beyond_world) {
 END_TEST
 
 START_TEST(test_job_waiters_limit) {
-    job *j = job_new("waits", "", 2, 0);
+    job *j = job_new("waits", "", 2, NULL, 0, 0);
     ck_assert_ptr_nonnull(j);
     for (size_t i = 0; i < DDP_MAX_STORE_WAITERS; i++) {
         job_waiter w;

@@ -21,10 +21,10 @@
 #include "common/dtype.h"
 #include "common/reduce.h"
 
-#define EXPECT(cond, ...)                                                                    \
-    do {                                                                                     \
-        if (!(cond))                                                                         \
-            ck_abort_msg(__VA_ARGS__);                                                       \
+#define EXPECT(cond, ...)                                                                                              \
+    do {                                                                                                               \
+        if (!(cond))                                                                                                   \
+            ck_abort_msg(__VA_ARGS__);                                                                                 \
     } while (0)
 
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
@@ -113,7 +113,7 @@ START_TEST(test_dtype_table) {
         const char *name;
         bool is_float;
     } want[] = {
-        {DTYPE_F32, 4, "f32", true},  {DTYPE_F64, 8, "f64", true},  {DTYPE_F16, 2, "f16", true},
+        {DTYPE_F32, 4, "f32", true},   {DTYPE_F64, 8, "f64", true},  {DTYPE_F16, 2, "f16", true},
         {DTYPE_BF16, 2, "bf16", true}, {DTYPE_I32, 4, "i32", false}, {DTYPE_I64, 8, "i64", false},
         {DTYPE_U8, 1, "u8", false},
     };
@@ -237,8 +237,8 @@ START_TEST(test_half_round_to_even) {
     /* A few by hand: 1 + 2^-11 is halfway between 1 and 1 + 2^-10. */
     ck_assert_uint_eq(float_to_half(1.0f + 0x1p-11f), 0x3c00);
     ck_assert_uint_eq(float_to_half(1.0f + 3 * 0x1p-11f), 0x3c02);
-    ck_assert_uint_eq(float_to_half(0x1p-25f), 0x0000);          /* halfway 0 and 2^-24 */
-    ck_assert_uint_eq(float_to_half(3 * 0x1p-25f), 0x0002);      /* halfway 2^-24 and 2^-23 */
+    ck_assert_uint_eq(float_to_half(0x1p-25f), 0x0000);     /* halfway 0 and 2^-24 */
+    ck_assert_uint_eq(float_to_half(3 * 0x1p-25f), 0x0002); /* halfway 2^-24 and 2^-23 */
     ck_assert_uint_eq(float_to_half(nextafterf(0x1p-25f, 1)), 0x0001);
 }
 END_TEST
@@ -629,14 +629,12 @@ static const size_t lengths[] = {0, 1, 3, 17, 1000, 4099};
 
 /* Start offsets in elements of acc (out) and in (b): aligned, both shifted, and shifted
  * apart so that no common peel aligns both. */
-static const struct {
-    size_t a, b, out;
-} offsets[] = {{0, 0, 0}, {1, 1, 1}, {0, 1, 1}, {1, 0, 0}, {1, 1, 0}};
+static const struct { size_t a, b, out; } offsets[] = {{0, 0, 0}, {1, 1, 1}, {0, 1, 1}, {1, 0, 0}, {1, 1, 0}};
 
 #define GUARD 2 /* elements either side of every array, which must not change */
 
-static void check_range(dtype t, reduce_op op, const char *what, size_t n, size_t off, const char *got,
-                        const char *a, const char *b, size_t off_a, size_t off_b) {
+static void check_range(dtype t, reduce_op op, const char *what, size_t n, size_t off, const char *got, const char *a,
+                        const char *b, size_t off_a, size_t off_b) {
     size_t es = dtype_size(t);
     char sg[80], sw[80], sa[80], sb[80];
     unsigned char want[8];
@@ -672,8 +670,8 @@ START_TEST(test_reduce_vs_reference) {
         for (size_t oi = 0; oi < N_ELEMS(offsets); oi++) {
             size_t n = lengths[li], total = n + 1 + GUARD;
             rng_state = 0x9e3779b97f4a7c15ull ^ ((uint64_t)_i << 40 | li << 8 | oi);
-            char *a = malloc(total * es), *b = malloc(total * es), *a0 = malloc(total * es),
-                 *b0 = malloc(total * es), *out = malloc(total * es), *out0 = malloc(total * es);
+            char *a = malloc(total * es), *b = malloc(total * es), *a0 = malloc(total * es), *b0 = malloc(total * es),
+                 *out = malloc(total * es), *out0 = malloc(total * es);
             ck_assert(a && b && a0 && b0 && out && out0);
             for (size_t i = 0; i < total; i++) {
                 fill_elem(t, a, i);
@@ -696,6 +694,15 @@ START_TEST(test_reduce_vs_reference) {
             check_range(t, op, "reduce_pair (out == a)", n, oa, a, a0, b0, oa, ob);
             check_guards(t, "reduce_pair (out == a)", n, oa, a, a0, total);
             EXPECT(memcmp(b, b0, total * es) == 0, "reduce_pair (out == a) wrote b");
+
+            /* out = a op b with out == b: reduce.h promises only out == a, but the ring
+             * (work == own) and the chain's root reduce this way, so pin it down. */
+            memcpy(a, a0, total * es);
+            reduce_pair(b + ob * es, a + oa * es, b + ob * es, n, t, op);
+            check_range(t, op, "reduce_pair (out == b)", n, ob, b, a0, b0, oa, ob);
+            check_guards(t, "reduce_pair (out == b)", n, ob, b, b0, total);
+            EXPECT(memcmp(a, a0, total * es) == 0, "reduce_pair (out == b) wrote a");
+            memcpy(b, b0, total * es);
 
             /* acc op= in */
             memcpy(a, a0, total * es);
@@ -748,12 +755,18 @@ static const struct {
     double acc, in;
     int min_keeps, max_keeps;
 } minmax_cases[] = {
-    {0.0, -0.0, 0, 0},       /* zeros compare equal: acc stays, with its sign */
-    {-0.0, 0.0, 0, 0},       {NAN, 1.0, 0, 0}, /* NaN compares false: the accumulated NaN stays */
-    {1.0, NAN, 0, 0},        /* and an incoming NaN is ignored */
-    {NAN, NAN, 0, 0},        {1.0, 2.0, 0, 1},           {2.0, 1.0, 1, 0},
-    {-INFINITY, INFINITY, 0, 1}, {INFINITY, -INFINITY, 1, 0}, {-1.5, -1.5, 0, 0},
-    {-0.0, -1.0, 1, 0},      {0.0, 0.001, 0, 1},
+    {0.0, -0.0, 0, 0}, /* zeros compare equal: acc stays, with its sign */
+    {-0.0, 0.0, 0, 0},
+    {NAN, 1.0, 0, 0}, /* NaN compares false: the accumulated NaN stays */
+    {1.0, NAN, 0, 0}, /* and an incoming NaN is ignored */
+    {NAN, NAN, 0, 0},
+    {1.0, 2.0, 0, 1},
+    {2.0, 1.0, 1, 0},
+    {-INFINITY, INFINITY, 0, 1},
+    {INFINITY, -INFINITY, 1, 0},
+    {-1.5, -1.5, 0, 0},
+    {-0.0, -1.0, 1, 0},
+    {0.0, 0.001, 0, 1},
 };
 
 START_TEST(test_minmax_float_semantics) {

@@ -550,11 +550,13 @@ START_TEST(test_type_names) {
         [DDP__MSG_TYPE__STATUS_REQUEST] = "status-request",
         [DDP__MSG_TYPE__STATUS_REPLY] = "status-reply",
         [DDP__MSG_TYPE__ERROR] = "error",
+        [DDP__MSG_TYPE__GRAD_PUSH] = "grad-push",
+        [DDP__MSG_TYPE__GRAD_AVG] = "grad-avg",
     };
-    for (int t = DDP__MSG_TYPE__JOIN; t <= DDP__MSG_TYPE__ERROR; t++)
+    for (int t = DDP__MSG_TYPE__JOIN; t <= DDP__MSG_TYPE__GRAD_AVG; t++)
         ck_assert_str_eq(wire_type_name(t), names[t]);
     ck_assert_str_eq(wire_type_name(DDP__MSG_TYPE__MSG_UNSPECIFIED), "unknown");
-    ck_assert_str_eq(wire_type_name(DDP__MSG_TYPE__ERROR + 1), "unknown");
+    ck_assert_str_eq(wire_type_name(DDP__MSG_TYPE__GRAD_AVG + 1), "unknown");
     ck_assert_str_eq(wire_type_name(-1), "unknown");
     ck_assert_str_eq(wire_type_name(99), "unknown");
     ck_assert_str_eq(wire_type_name(INT32_MIN), "unknown");

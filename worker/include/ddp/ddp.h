@@ -38,6 +38,8 @@ typedef struct ddp_options {
     const char *mode;          /* sync mode every member must agree on; unset: "" */
     const char *data_endpoint; /* where this process listens for peers; unset: $DDP_DATA_ENDPOINT,
                                   else tcp://127.0.0.1:* */
+    const unsigned long long *ps_buckets; /* mode "ps": elements of each gradient bucket */
+    size_t n_ps_buckets;
 } ddp_options;
 
 #define DDP_OPTIONS_INIT {.rank = -1, .local_rank = -1}
@@ -81,6 +83,20 @@ int ddp_reduce_scatter(ddp_group *g, const void *send, void *recv, size_t count,
 int ddp_all_reduce_async(ddp_group *g, void *buf, size_t count, ddp_dtype t, ddp_op op, ddp_request **ret_req);
 /* Completes the request, frees it and returns its result. */
 int ddp_wait(ddp_request *req);
+
+/* Parameter server (mode "ps"): ddpd holds the reduction. Each step every rank pushes each
+ * bucket declared in ddp_options.ps_buckets once; ddpd averages the ranks' pushes in rank
+ * order and sends the average to all; pull waits for it (at most timeout_ms). */
+int ddp_ps_push(ddp_group *g, int bucket, const float *grads);
+int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average);
+
+/* What the group has moved so far, for metrics: payload bytes this rank sent and
+ * received on the data plane (a chunk read from a peer's memory counts on both sides). */
+typedef struct ddp_stats {
+    unsigned long long bytes_sent, bytes_received;
+    unsigned long long messages_sent, messages_received;
+} ddp_stats;
+int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats);
 
 const char *ddp_strerror(int err);
 /* What went wrong in the group's last failed call, e.g. "rank 2 (pid 4242 on lab1) died:

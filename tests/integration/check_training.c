@@ -1,0 +1,378 @@
+/* ddp-worker end to end, on loopback: equivalence of the modes and world sizes, resume,
+ * bad inputs, metrics; on a small synthetic dataset written for the test (and a smoke run
+ * on Fashion-MNIST where Debian's dataset is installed). */
+#include <check.h>
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "tests/integration/harness.h"
+#include "worker/checkpoint.h"
+
+#define WAIT_MS 120000
+#define SIDE 8 /* 8x8 images: the model is 64-16-10 */
+#define MODEL "64-16-10"
+
+static char dir[64];
+
+static void put_be32(gzFile f, uint32_t v) {
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    gzwrite(f, b, 4);
+}
+
+/* n images whose class is visible in them (a bright column per class, plus noise). */
+static void write_split(const char *split, int n, unsigned seed) {
+    char path[128];
+    snprintf(path, sizeof(path), "%s/%s-images-idx3-ubyte.gz", dir, split);
+    gzFile img = gzopen(path, "wb");
+    snprintf(path, sizeof(path), "%s/%s-labels-idx1-ubyte.gz", dir, split);
+    gzFile lab = gzopen(path, "wb");
+    ck_assert(img && lab);
+    put_be32(img, 0x803);
+    put_be32(img, (uint32_t)n);
+    put_be32(img, SIDE);
+    put_be32(img, SIDE);
+    put_be32(lab, 0x801);
+    put_be32(lab, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        unsigned char label = (unsigned char)(rand_r(&seed) % 10), px[SIDE * SIDE];
+        for (int k = 0; k < SIDE * SIDE; k++)
+            px[k] = (unsigned char)(rand_r(&seed) % 64 + ((k % SIDE) == label % SIDE && (k / SIDE) >= label / SIDE * 4 ? 160 : 0));
+        gzwrite(img, px, sizeof(px));
+        gzwrite(lab, &label, 1);
+    }
+    gzclose(img);
+    gzclose(lab);
+}
+
+static void setup(void) {
+    snprintf(dir, sizeof(dir), "/tmp/check_training_%d", (int)getpid());
+    mkdir(dir, 0755);
+    write_split("train", 512, 1);
+    write_split("t10k", 128, 2);
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ddp-run -n n -- ddp-worker --data DIR --model 64-16-10 ARGS...; returns its exit code. */
+static int train(proc *p, int n, const char *const *args) {
+    char n_text[8];
+    snprintf(n_text, sizeof(n_text), "%d", n);
+    const char *argv[40] = {DDP_RUN_PATH, "-n", n_text, "--", DDP_WORKER_PATH, "--data", dir, "--model", MODEL};
+    size_t k = 9;
+    for (size_t i = 0; args && args[i] && k < 39; i++)
+        argv[k++] = args[i];
+    argv[k] = NULL;
+    proc_start(p, argv, NULL);
+    return proc_wait(p, WAIT_MS);
+}
+
+static float *read_params(const char *path, size_t *ret_n) {
+    checkpoint_info expect = {.model = MODEL, .n_params = 64 * 16 + 16 + 16 * 10 + 10}, info;
+    float *params = malloc(expect.n_params * sizeof(float));
+    char err[512];
+    int r = checkpoint_read(path, &expect, &info, params, NULL, err, sizeof(err));
+    ck_assert_msg(r == 0, "%s", err);
+    *ret_n = expect.n_params;
+    return params;
+}
+
+/* max |a - b| / max |a| */
+static double relative_difference(const float *a, const float *b, size_t n) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)a[i]));
+    }
+    return diff / scale;
+}
+
+/* With the global sampler, 20 steps of N workers give the parameters of 1 worker, in
+ * every mode, and the modes agree with each other. */
+START_TEST(test_equivalence) {
+    static const char *const modes[] = {"ddp", "dp", "ps"};
+    static const int worlds[] = {1, 2, 4};
+    float *reference = NULL;
+    size_t n = 0;
+    for (int mi = 0; mi < 3; mi++)
+        for (int wi = 0; wi < 3; wi++) {
+            char ckpt[128];
+            snprintf(ckpt, sizeof(ckpt), "%s/%s-%d.ckpt", dir, modes[mi], worlds[wi]);
+            const char *args[] = {"--mode", modes[mi], "--sampler", "global", "--steps", "20", "--batch-size", "32",
+                                  "--lr", "0.1", "--checkpoint", ckpt, NULL};
+            proc p;
+            int code = train(&p, worlds[wi], args);
+            ck_assert_msg(code == 0, "%s on %d: exit %d: %s", modes[mi], worlds[wi], code, proc_output(&p));
+            proc_close(&p);
+            float *params = read_params(ckpt, &n);
+            if (!reference) {
+                reference = params;
+                continue;
+            }
+            double d = relative_difference(reference, params, n);
+            ck_assert_msg(d <= 1e-5, "%s on %d workers differs from ddp on 1 by %g (relative)", modes[mi], worlds[wi], d);
+            free(params);
+        }
+    /* and training moved the parameters: the comparison is not of two initial states */
+    const char *args[] = {"--sampler", "global", "--steps", "1", "--batch-size", "32", "--checkpoint", "", NULL};
+    char first[128];
+    snprintf(first, sizeof(first), "%s/one-step.ckpt", dir);
+    args[7] = first;
+    proc p;
+    ck_assert_int_eq(train(&p, 1, args), 0);
+    proc_close(&p);
+    float *one = read_params(first, &n);
+    ck_assert_msg(relative_difference(reference, one, n) > 1e-3, "20 steps did not move the parameters");
+    free(one);
+    free(reference);
+}
+END_TEST
+
+static void read_file(const char *path, char **ret, size_t *ret_size) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    *ret_size = (size_t)ftell(f);
+    rewind(f);
+    *ret = malloc(*ret_size + 1);
+    ck_assert_uint_eq(fread(*ret, 1, *ret_size, f), *ret_size);
+    fclose(f);
+}
+
+/* Stop after k steps, resume: the same bits as a run that never stopped. */
+START_TEST(test_resume_is_exact) {
+    static const char *const modes[] = {"ddp", "dp", "ps"};
+    for (int mi = 0; mi < 3; mi++) {
+        char a[128], b[128];
+        snprintf(a, sizeof(a), "%s/resumed-%s.ckpt", dir, modes[mi]);
+        snprintf(b, sizeof(b), "%s/straight-%s.ckpt", dir, modes[mi]);
+        const char *first[] = {"--mode", modes[mi], "--steps", "11", "--batch-size", "32", "--checkpoint", a, NULL};
+        const char *second[] = {"--mode", modes[mi], "--steps", "27", "--batch-size", "32", "--checkpoint", a,
+                                "--resume", NULL};
+        const char *straight[] = {"--mode", modes[mi], "--steps", "27", "--batch-size", "32", "--checkpoint", b, NULL};
+        proc p;
+        ck_assert_int_eq(train(&p, 2, first), 0);
+        proc_close(&p);
+        int code = train(&p, 2, second);
+        ck_assert_msg(code == 0, "resume: %s", proc_output(&p));
+        proc_close(&p);
+        ck_assert_int_eq(train(&p, 2, straight), 0);
+        proc_close(&p);
+        char *x, *y;
+        size_t nx, ny;
+        read_file(a, &x, &nx);
+        read_file(b, &y, &ny);
+        ck_assert_msg(nx == ny && memcmp(x, y, nx) == 0, "%s: the resumed run's checkpoint differs", modes[mi]);
+        free(x);
+        free(y);
+    }
+}
+END_TEST
+
+static void copy_file(const char *from, const char *to, long truncate_to) {
+    char *data;
+    size_t n;
+    read_file(from, &data, &n);
+    FILE *f = fopen(to, "wb");
+    ck_assert(f);
+    fwrite(data, 1, truncate_to >= 0 && (size_t)truncate_to < n ? (size_t)truncate_to : n, f);
+    fclose(f);
+    free(data);
+}
+
+/* Every bad input: a clear error, a non-zero exit. */
+START_TEST(test_bad_inputs) {
+    char bad[128], path[256], from[256];
+    snprintf(bad, sizeof(bad), "%s/bad", dir);
+    mkdir(bad, 0755);
+    struct {
+        const char *case_name;
+        const char *args[12];
+        int n;
+        const char *expected;
+    } cases[] = {
+        {"batch", {"--batch-size", "30"}, 4, "--batch-size 30 does not split evenly over 4 workers"},
+        {"model", {"--model", "resnet50"}, 1, "unknown model 'resnet50'"},
+        {"mode", {"--mode", "allreduce"}, 1, "--mode: 'allreduce' is not one of ddp dp ps"},
+        {"resume", {"--resume"}, 1, "--resume needs --checkpoint PATH"},
+        {"classes", {"--model", "64-16-7"}, 1, "has 7 outputs but"},
+        {"inputs", {"--model", "784-10"}, 1, "takes 784 inputs but the images in"},
+        {"data", {"--data", "/nonexistent-dir"}, 1, "/nonexistent-dir"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        proc p;
+        int code = train(&p, cases[i].n, cases[i].args);
+        ck_assert_msg(code != 0, "%s: exit 0", cases[i].case_name);
+        ck_assert_msg(strstr(proc_output(&p), cases[i].expected), "%s: expected '%s' in: %s", cases[i].case_name,
+                      cases[i].expected, proc_output(&p));
+        proc_close(&p);
+    }
+
+    /* Broken IDX files, each in an otherwise good directory. */
+    const char *names[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                           "t10k-labels-idx1-ubyte.gz"};
+    struct {
+        const char *what;
+        int file;
+        long keep;           /* bytes of the gzip file to keep, -1 all */
+        const char *expected;
+    } broken[] = {
+        {"truncated images", 0, 300, "train-images-idx3-ubyte.gz"},
+        {"labels of another count", 1, -2, "train-labels-idx1-ubyte.gz"},
+        {"wrong magic", 2, -3, "t10k-images-idx3-ubyte.gz"},
+    };
+    for (size_t i = 0; i < sizeof(broken) / sizeof(broken[0]); i++) {
+        for (int f = 0; f < 4; f++) {
+            snprintf(from, sizeof(from), "%s/%s", dir, names[f]);
+            snprintf(path, sizeof(path), "%s/%s", bad, names[f]);
+            copy_file(from, path, f == broken[i].file && broken[i].keep >= 0 ? broken[i].keep : -1);
+        }
+        snprintf(path, sizeof(path), "%s/%s", bad, names[broken[i].file]);
+        if (broken[i].keep == -2) { /* a label file that promises 10 items */
+            gzFile g = gzopen(path, "wb");
+            unsigned char h[8] = {0, 0, 8, 1, 0, 0, 0, 10}, labels[10] = {0};
+            gzwrite(g, h, 8);
+            gzwrite(g, labels, 10);
+            gzclose(g);
+        } else if (broken[i].keep == -3) {
+            gzFile g = gzopen(path, "wb");
+            unsigned char h[16] = {0, 0, 9, 9};
+            gzwrite(g, h, 16);
+            gzclose(g);
+        }
+        const char *args[] = {"--data", bad, NULL};
+        proc p;
+        int code = train(&p, 1, args);
+        ck_assert_msg(code != 0, "%s: exit 0", broken[i].what);
+        ck_assert_msg(strstr(proc_output(&p), broken[i].expected), "%s: expected '%s' in: %s", broken[i].what,
+                      broken[i].expected, proc_output(&p));
+        proc_close(&p);
+    }
+
+    /* A checkpoint that is not one, and one that was cut short. */
+    snprintf(path, sizeof(path), "%s/garbage.ckpt", dir);
+    FILE *f = fopen(path, "wb");
+    fputs("this is not a checkpoint at all, but it is long enough to have a header of some kind......", f);
+    fclose(f);
+    const char *garbage[] = {"--checkpoint", path, "--resume", "--steps", "2", "--batch-size", "32", NULL};
+    proc p;
+    ck_assert_int_ne(train(&p, 2, garbage), 0);
+    ck_assert_msg(strstr(proc_output(&p), "not a ddp-worker checkpoint"), "%s", proc_output(&p));
+    proc_close(&p);
+    char good[256];
+    snprintf(good, sizeof(good), "%s/good.ckpt", dir);
+    const char *make[] = {"--checkpoint", good, "--steps", "2", "--batch-size", "32", NULL};
+    ck_assert_int_eq(train(&p, 1, make), 0);
+    proc_close(&p);
+    copy_file(good, path, 2000);
+    ck_assert_int_ne(train(&p, 1, garbage), 0);
+    ck_assert_msg(strstr(proc_output(&p), "truncated"), "%s", proc_output(&p));
+    proc_close(&p);
+    /* one flipped bit: the checksum notices */
+    char *data;
+    size_t n;
+    read_file(good, &data, &n);
+    data[n / 2] ^= 1;
+    f = fopen(path, "wb");
+    fwrite(data, 1, n, f);
+    fclose(f);
+    free(data);
+    ck_assert_int_ne(train(&p, 1, garbage), 0);
+    ck_assert_msg(strstr(proc_output(&p), "checksum mismatch"), "%s", proc_output(&p));
+    proc_close(&p);
+}
+END_TEST
+
+/* --metrics with %r: every rank writes JSON lines per step and per epoch. */
+START_TEST(test_metrics) {
+    char pattern[128];
+    snprintf(pattern, sizeof(pattern), "%s/metrics-%%r.jsonl", dir);
+    const char *args[] = {"--metrics", pattern, "--epochs", "1", "--batch-size", "32", NULL};
+    proc p;
+    int code = train(&p, 2, args);
+    ck_assert_msg(code == 0, "%s", proc_output(&p));
+    ck_assert_msg(strstr(proc_output(&p), "test accuracy"), "%s", proc_output(&p));
+    proc_close(&p);
+    for (int r = 0; r < 2; r++) {
+        char path[160], *text;
+        size_t n;
+        snprintf(path, sizeof(path), "%s/metrics-%d.jsonl", dir, r);
+        read_file(path, &text, &n);
+        text[n] = '\0';
+        int steps = 0, epochs = 0;
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+            cJSON *j = cJSON_Parse(line);
+            ck_assert_msg(j, "not JSON: %s", line);
+            const char *type = cJSON_GetObjectItem(j, "type")->valuestring;
+            steps += !strcmp(type, "step");
+            epochs += !strcmp(type, "epoch");
+            ck_assert_int_eq(cJSON_GetObjectItem(j, "rank")->valueint, r);
+            static const char *const keys[] = {"loss", "samples_per_s", "compute_s", "comm_s", "wait_s", "bytes_sent",
+                                               "bytes_received", "peak_rss_kb", "device_memory"};
+            for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+                ck_assert_msg(cJSON_GetObjectItem(j, keys[k]), "%s missing in %s", keys[k], line);
+            if (!strcmp(type, "epoch"))
+                ck_assert_msg(cJSON_GetObjectItem(j, "test_accuracy"), "%s", line);
+            cJSON_Delete(j);
+        }
+        ck_assert_int_eq(steps, 16); /* 512 samples, batch 32 */
+        ck_assert_int_eq(epochs, 1);
+        free(text);
+    }
+}
+END_TEST
+
+/* The main job's model on the real data learns, where Debian's dataset is installed. */
+START_TEST(test_fashion_mnist) {
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        return; /* not installed: nothing to learn from */
+    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--", DDP_WORKER_PATH, "--model", "linear", "--epochs", "1", NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
+    char line[256];
+    ck_assert_msg(proc_expect(&p, "test accuracy", 0, line, sizeof(line)), "%s", proc_output(&p));
+    double acc = atof(strstr(line, "test accuracy") + 14);
+    ck_assert_msg(acc > 0.75, "accuracy %.4f after an epoch of linear: %s", acc, line);
+    proc_close(&p);
+}
+END_TEST
+
+START_TEST(test_toy) {
+    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--", DDP_WORKER_PATH, "--model", "toy", "--epochs", "2", NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
+    ck_assert_msg(proc_expect(&p, "epoch 2: loss", 0, NULL, 0) && strstr(proc_output(&p), "test loss"), "%s",
+                  proc_output(&p));
+    proc_close(&p);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("training");
+    TCase *tc = tcase_create("training");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_equivalence);
+    tcase_add_test(tc, test_resume_is_exact);
+    tcase_add_test(tc, test_bad_inputs);
+    tcase_add_test(tc, test_metrics);
+    tcase_add_test(tc, test_fashion_mnist);
+    tcase_add_test(tc, test_toy);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,27 @@
+/* Checkpoints: what a job needs to continue bit-for-bit as if it had never stopped: the
+ * parameters, the optimizer's velocity, and where training was (step, epoch, position in
+ * the epoch; the samplers' order follows from the seed and the epoch).
+ *
+ * File: a fixed little-endian header, then params and velocity as float32, then a CRC-32
+ * (zlib) of everything before it. Written to a temporary file, fsync'd and renamed over
+ * the old one, so a crash leaves the previous checkpoint or the new one, never half. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    char model[64];
+    uint64_t n_params;
+    uint64_t step, epoch, step_in_epoch;
+    uint64_t seed;
+    uint32_t world_size, global_batch;
+    uint32_t has_velocity;
+} checkpoint_info;
+
+/* params and velocity are host arrays of info->n_params (velocity may be NULL). */
+int checkpoint_write(const char *path, const checkpoint_info *info, const float *params, const float *velocity,
+                     char *err, size_t err_size);
+/* Reads a checkpoint whose model and size must match expect->model and expect->n_params.
+ * Refuses a corrupt file (bad magic, size, checksum) with a message naming it. */
+int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_info *ret_info, float *params,
+                    float *velocity, char *err, size_t err_size);

@@ -1,0 +1,65 @@
+/* DistributedDataParallel: every rank forwards and backwards its shard; gradients are
+ * all-reduced (AVG) in buckets, last layers first, each launched as soon as its layers'
+ * backward is done, so communication overlaps the rest of backward; every rank then steps
+ * its own optimizer. Parameters start equal: rank 0's are broadcast before step one. */
+#include "worker/trainer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sync_ddp_setup(trainer *t) {
+    const model_spec *s = &t->m.spec;
+    int r = ddp_broadcast(t->g, t->m.params, s->n_params, DDP_F32, 0);
+    if (r < 0)
+        return trainer_fail(t, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(t->g));
+    return 0;
+}
+
+/* Called by backward as each layer's gradients complete: launch the bucket it finishes. */
+static void on_layer_done(void *ctx, int layer) {
+    trainer *t = ctx;
+    for (int k = 0; k < t->n_buckets; k++)
+        if (t->bucket_first[k] == layer && !t->bucket_error) {
+            size_t off, count;
+            model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
+            t->bucket_error = ddp_all_reduce_async(t->g, t->m.grads + off, count, DDP_F32, DDP_AVG, &t->bucket_req[k]);
+            if (t->bucket_error)
+                t->bucket_req[k] = NULL;
+        }
+}
+
+int sync_ddp_step(trainer *t, int B, double *ret_loss) {
+    model *m = &t->m;
+    const backend_ops *o = t->b.ops;
+    double t0 = trainer_now();
+    o->zero(&t->b, m->grads, m->spec.n_params * sizeof(float));
+    model_forward(m, B);
+    int L = m->spec.n_layers;
+    double loss = trainer_loss(t, B, m->losses, m->probs, m->acts[L], t->targets, t->mse_targets, t->dlogits,
+                               1.0f / (float)B);
+    t->bucket_error = 0;
+    memset(t->bucket_req, 0, sizeof(t->bucket_req));
+    model_backward(m, t->dlogits, B, on_layer_done, t);
+    double t1 = trainer_now();
+    int r = t->bucket_error;
+    for (int k = 0; k < t->n_buckets; k++)
+        if (t->bucket_req[k]) {
+            int w = ddp_wait(t->bucket_req[k]);
+            r = r ? r : w;
+        }
+    double t2 = trainer_now();
+    if (r < 0)
+        return trainer_fail(t, r, "all-reducing gradients at step %llu: %s", (unsigned long long)t->step,
+                            ddp_last_error(t->g));
+    double t3 = trainer_now();
+    o->sgd_step(&t->b, m->params, m->velocity, m->grads, m->spec.n_params, (float)t->opts->lr,
+                (float)t->opts->momentum, t->step == 0);
+    o->synchronize(&t->b);
+    double t4 = trainer_now();
+    t->times.compute_s += (t1 - t0) + (t4 - t3);
+    t->times.wait_s += t2 - t1; /* what backward did not hide */
+    t->times.comm_s += t3 - t2;
+    *ret_loss = loss;
+    return 0;
+}

@@ -1,0 +1,92 @@
+/* DataParallel, with rank 0 as the first GPU. Each step: rank 0 broadcasts the parameters
+ * (replicate); every rank forwards its shard; the outputs are gathered on rank 0, which
+ * computes the loss of the whole batch and scatters the output gradients; every rank
+ * backwards; parameter gradients are summed onto rank 0, which alone holds optimizer state
+ * and steps. Rank 0 holds the gathered outputs, their gradients and the velocity: the
+ * imbalance nn.DataParallel is known for. */
+#include "worker/trainer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *dp_alloc(trainer *t, size_t bytes) {
+    return t->b.ops->alloc(&t->b, bytes);
+}
+
+int sync_dp_setup(trainer *t) {
+    if (t->rank != 0)
+        return 0;
+    int C = t->m.spec.sizes[t->m.spec.n_layers];
+    size_t out = (size_t)t->global_batch * (size_t)C;
+    t->gathered_logits = dp_alloc(t, out * sizeof(float));
+    t->gathered_dlogits = dp_alloc(t, out * sizeof(float));
+    t->gathered_targets = dp_alloc(t, (size_t)t->global_batch);
+    t->gathered_targets_host = calloc((size_t)t->global_batch, 1);
+    t->gathered_losses = dp_alloc(t, (size_t)t->global_batch * sizeof(float));
+    t->gathered_probs = dp_alloc(t, out * sizeof(float));
+    if (t->m.spec.loss == LOSS_MSE)
+        t->gathered_mse_targets = dp_alloc(t, out * sizeof(float));
+    if (!t->gathered_logits || !t->gathered_dlogits || !t->gathered_targets || !t->gathered_targets_host ||
+        !t->gathered_losses || !t->gathered_probs ||
+        (t->m.spec.loss == LOSS_MSE && !t->gathered_mse_targets))
+        return trainer_fail(t, -ENOMEM, "out of memory for rank 0's gathered outputs");
+    return 0;
+}
+
+int sync_dp_step(trainer *t, int B, double *ret_loss) {
+    model *m = &t->m;
+    const backend_ops *o = t->b.ops;
+    const model_spec *s = &m->spec;
+    int C = s->sizes[s->n_layers], r;
+    size_t n = s->n_params;
+    double c0 = trainer_now();
+    /* replicate */
+    if ((r = ddp_broadcast(t->g, m->params, n, DDP_F32, 0)) < 0)
+        return trainer_fail(t, r, "replicating the parameters: %s", ddp_last_error(t->g));
+    double c1 = trainer_now();
+    o->zero(&t->b, m->grads, n * sizeof(float));
+    model_forward(m, B);
+    o->synchronize(&t->b);
+    double c2 = trainer_now();
+    /* outputs (and targets) to rank 0 */
+    r = ddp_gather(t->g, m->acts[s->n_layers], t->gathered_logits, (size_t)B * (size_t)C, DDP_F32, 0);
+    if (r == 0 && s->loss == LOSS_CROSSENTROPY)
+        r = ddp_gather(t->g, t->targets_host, t->gathered_targets_host, (size_t)B, DDP_U8, 0);
+    if (r == 0 && s->loss == LOSS_MSE)
+        r = ddp_gather(t->g, t->mse_targets_host, t->gathered_mse_targets, (size_t)B * (size_t)C, DDP_F32, 0);
+    if (r < 0)
+        return trainer_fail(t, r, "gathering outputs on rank 0: %s", ddp_last_error(t->g));
+    double c3 = trainer_now();
+    double loss = 0;
+    if (t->rank == 0) { /* the loss of the whole batch, on the first device */
+        int G = t->global_batch;
+        o->upload(&t->b, t->gathered_targets, t->gathered_targets_host, (size_t)G);
+        loss = trainer_loss(t, G, t->gathered_losses, t->gathered_probs, t->gathered_logits, t->gathered_targets,
+                            t->gathered_mse_targets, t->gathered_dlogits, 1.0f / (float)G);
+    }
+    double c4 = trainer_now();
+    if ((r = ddp_scatter(t->g, t->gathered_dlogits, t->dlogits, (size_t)B * (size_t)C, DDP_F32, 0)) < 0)
+        return trainer_fail(t, r, "scattering output gradients: %s", ddp_last_error(t->g));
+    double c5 = trainer_now();
+    model_backward(m, t->dlogits, B, NULL, NULL);
+    o->synchronize(&t->b);
+    double c6 = trainer_now();
+    /* dlogits carry 1/G already: the sum over ranks is the whole batch's gradient */
+    if ((r = ddp_reduce(t->g, m->grads, n, DDP_F32, DDP_SUM, 0)) < 0)
+        return trainer_fail(t, r, "reducing gradients onto rank 0: %s", ddp_last_error(t->g));
+    double c7 = trainer_now();
+    if (t->rank == 0)
+        o->sgd_step(&t->b, m->params, m->velocity, m->grads, n, (float)t->opts->lr, (float)t->opts->momentum,
+                    t->step == 0);
+    o->synchronize(&t->b);
+    double c8 = trainer_now();
+    /* everyone reports the loss rank 0 computed */
+    if ((r = ddp_broadcast(t->g, &loss, 1, DDP_F64, 0)) < 0)
+        return trainer_fail(t, r, "broadcasting the loss: %s", ddp_last_error(t->g));
+    double c9 = trainer_now();
+    t->times.compute_s += (c2 - c1) + (c4 - c3) + (c6 - c5) + (c8 - c7);
+    t->times.comm_s += (c1 - c0) + (c3 - c2) + (c5 - c4) + (c7 - c6) + (c9 - c8);
+    *ret_loss = loss;
+    return 0;
+}

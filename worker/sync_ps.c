@@ -1,0 +1,59 @@
+/* Parameter server: every rank forwards and backwards its shard and pushes each gradient
+ * bucket to ddpd as soon as its layers' backward is done; ddpd averages every rank's push
+ * in rank order and sends the average back; every rank then steps its own optimizer with
+ * it. ddpd holds the reduction buffers; the ranks' memory stays equal. */
+#include "worker/trainer.h"
+
+#include <errno.h>
+
+int sync_ps_setup(trainer *t) {
+    /* The same seed gives every rank the same parameters; broadcast anyway, as in ddp
+     * mode, so that a rank that resumed differently cannot drift. */
+    int r = ddp_broadcast(t->g, t->m.params, t->m.spec.n_params, DDP_F32, 0);
+    if (r < 0)
+        return trainer_fail(t, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(t->g));
+    return 0;
+}
+
+static void on_layer_done(void *ctx, int layer) {
+    trainer *t = ctx;
+    for (int k = 0; k < t->n_buckets; k++)
+        if (t->bucket_first[k] == layer && !t->bucket_error) {
+            size_t off, count;
+            model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
+            t->bucket_error = ddp_ps_push(t->g, k, t->m.grads + off);
+        }
+}
+
+int sync_ps_step(trainer *t, int B, double *ret_loss) {
+    model *m = &t->m;
+    const backend_ops *o = t->b.ops;
+    double t0 = trainer_now();
+    o->zero(&t->b, m->grads, m->spec.n_params * sizeof(float));
+    model_forward(m, B);
+    int L = m->spec.n_layers;
+    double loss = trainer_loss(t, B, m->losses, m->probs, m->acts[L], t->targets, t->mse_targets, t->dlogits,
+                               1.0f / (float)B);
+    t->bucket_error = 0;
+    model_backward(m, t->dlogits, B, on_layer_done, t);
+    o->synchronize(&t->b);
+    double t1 = trainer_now();
+    int r = t->bucket_error;
+    for (int k = 0; k < t->n_buckets && r == 0; k++) {
+        size_t off, count;
+        model_layer_range(&m->spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
+        r = ddp_ps_pull(t->g, k, m->grads + off); /* the average replaces this rank's gradients */
+    }
+    double t2 = trainer_now();
+    if (r < 0)
+        return trainer_fail(t, r, "exchanging gradients with ddpd at step %llu: %s", (unsigned long long)t->step,
+                            ddp_last_error(t->g));
+    o->sgd_step(&t->b, m->params, m->velocity, m->grads, m->spec.n_params, (float)t->opts->lr,
+                (float)t->opts->momentum, t->step == 0);
+    o->synchronize(&t->b);
+    double t3 = trainer_now();
+    t->times.compute_s += (t1 - t0) + (t3 - t2);
+    t->times.wait_s += t2 - t1;
+    *ret_loss = loss;
+    return 0;
+}

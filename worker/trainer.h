@@ -1,0 +1,112 @@
+/* ddp-worker's trainer: one rank of a data-parallel job. It loads and partitions the data,
+ * builds the model on a backend, and runs one of three sync modes, which train the same
+ * math over different topologies (see DESIGN's modes table):
+ *   ddp  peers all-reduce gradient buckets, overlapped with backward (sync_ddp.c)
+ *   dp   rank 0 is DataParallel's first GPU: it gathers outputs, computes the loss, scatters
+ *        output gradients, sums parameter gradients and alone steps (sync_dp.c)
+ *   ps   ddpd reduces pushed gradients (sync_ps.c) */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ddp/ddp.h"
+#include "worker/backend.h"
+#include "worker/dataset.h"
+#include "worker/model.h"
+#include "worker/sampler.h"
+
+typedef enum { MODE_DDP, MODE_DP, MODE_PS } sync_mode;
+
+typedef struct {
+    char *config;
+    char *coordinator;
+    char *job;
+    int world_size;
+    int rank;
+    char *mode;
+    char *model;
+    char *data;
+    int epochs;
+    int steps;
+    int batch_size;   /* global */
+    double lr;
+    double momentum;
+    int seed;
+    char *device;
+    double bucket_mb;
+    char *checkpoint;
+    bool resume;
+    char *metrics;
+    char *sampler;
+    int blas_threads;
+    int timeout_ms;
+    bool help, version;
+} worker_options;
+
+typedef struct {
+    double compute_s, comm_s, wait_s; /* this rank's time in each, summed */
+} trainer_times;
+
+typedef struct trainer {
+    const worker_options *opts;
+    sync_mode mode;
+    ddp_group *g;
+    int rank, world;
+    backend b;
+    model m;
+    dataset data;
+    float *toy_targets;        /* (n, outputs) MSE targets for the toy model, host */
+    float *toy_test_targets;
+    sampler smp;
+    bool sampler_ready;
+    int local_batch, global_batch;
+    float *input_host;         /* (local_batch, inputs) staging for a batch */
+    uint8_t *targets_host;     /* (local_batch) */
+    float *mse_targets_host;   /* (local_batch, outputs) */
+    uint8_t *targets;          /* (local_batch) on the device */
+    float *mse_targets;        /* (local_batch, outputs) on the device */
+    float *dlogits;            /* (local_batch, outputs) */
+    /* dp mode, rank 0 only: DataParallel's extra memory on its first device */
+    float *gathered_logits;    /* (global_batch, outputs) */
+    float *gathered_dlogits;   /* (global_batch, outputs) */
+    uint8_t *gathered_targets; /* (global_batch) on the device */
+    uint8_t *gathered_targets_host;
+    float *gathered_mse_targets;
+    float *gathered_losses;    /* (global_batch) */
+    float *gathered_probs;     /* (global_batch, outputs) */
+    /* progress */
+    uint64_t step;             /* optimizer steps taken */
+    uint64_t epoch;
+    size_t step_in_epoch;
+    trainer_times times;
+    /* ddp and ps modes: gradient buckets, last layers first */
+    int n_buckets;
+    int bucket_first[MODEL_MAX_LAYERS], bucket_last[MODEL_MAX_LAYERS];
+    unsigned long long bucket_count[MODEL_MAX_LAYERS]; /* elements */
+    ddp_request *bucket_req[MODEL_MAX_LAYERS];
+    int bucket_error;
+    FILE *metrics;
+    char error[768];           /* what went wrong, for the caller to print */
+} trainer;
+
+int trainer_open(trainer *t, const worker_options *opts);
+/* Runs to the end (epochs or steps); 0 or a negative error with t->error set. */
+int trainer_run(trainer *t);
+void trainer_close(trainer *t);
+
+/* Shared by the sync modes. */
+int trainer_fail(trainer *t, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Loads this rank's rows of the current step into the model's input (and targets). */
+void trainer_load_batch(trainer *t, const uint32_t *indices, size_t count);
+/* The mean loss of the local batch after model_forward, and dlogits for it with scale. */
+double trainer_loss(trainer *t, int B, float *losses, float *probs, const float *logits, const uint8_t *targets,
+                    const float *mse_targets, float *dlogits, float scale);
+double trainer_now(void);
+
+int sync_ddp_setup(trainer *t);
+int sync_ddp_step(trainer *t, int B, double *ret_loss);
+int sync_dp_setup(trainer *t);
+int sync_dp_step(trainer *t, int B, double *ret_loss);
+int sync_ps_setup(trainer *t);
+int sync_ps_step(trainer *t, int B, double *ret_loss);

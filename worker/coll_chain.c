@@ -19,7 +19,7 @@ int coll_broadcast_chain(ddp_group *g, const coll_args *a) {
     int prev = chain_mod(g->rank - 1, n), next = chain_mod(g->rank + 1, n);
     char *buf = a->recv;
     size_t es = dtype_size(call->t);
-    uint64_t chunk = comm_chunk_elems(call->t);
+    uint64_t chunk = comm_chunk_elems(g, call->t);
     int r = 0;
     if (pos == 0)
         r = coll_send_range(g, next, call, 0, buf, 0, call->count, true);
@@ -42,7 +42,7 @@ int coll_reduce_chain(ddp_group *g, const coll_args *a) {
     int prev = chain_mod(g->rank - 1, n), next = chain_mod(g->rank + 1, n);
     char *buf = a->recv;
     size_t es = dtype_size(call->t);
-    uint64_t chunk = comm_chunk_elems(call->t);
+    uint64_t chunk = comm_chunk_elems(g, call->t);
     if (pos == 0) /* the first link sends its own data as it is */
         return comm_finish(g, coll_send_range(g, next, call, 0, buf, 0, call->count, true), call->deadline_ms);
 

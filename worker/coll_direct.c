@@ -10,7 +10,7 @@
 
 int coll_send_range(ddp_group *g, int dst, const comm_call *call, int32_t tag, const char *buf, uint64_t offset,
                     uint64_t n, bool zero_copy) {
-    uint64_t chunk = comm_chunk_elems(call->t);
+    uint64_t chunk = comm_chunk_elems(g, call->t);
     size_t es = dtype_size(call->t);
     for (uint64_t done = 0; done < n; done += chunk) {
         uint64_t len = n - done < chunk ? n - done : chunk;
@@ -34,7 +34,7 @@ int coll_recv_chunk(ddp_group *g, int src, const comm_call *call, int32_t tag, u
 
 int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, char *buf, uint64_t offset,
                     uint64_t n) {
-    uint64_t chunk = comm_chunk_elems(call->t);
+    uint64_t chunk = comm_chunk_elems(g, call->t);
     size_t es = dtype_size(call->t);
     for (uint64_t done = 0; done < n; done += chunk) {
         uint64_t len = n - done < chunk ? n - done : chunk;
@@ -50,7 +50,7 @@ int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, c
 /* buf = x_0 op x_1 op ... op x_{n-1}, where x_k comes from rank k and own is this rank's. */
 static int reduce_in_rank_order(ddp_group *g, const comm_call *call, const char *own, char *buf) {
     size_t es = dtype_size(call->t);
-    uint64_t chunk = comm_chunk_elems(call->t);
+    uint64_t chunk = comm_chunk_elems(g, call->t);
     for (uint64_t off = 0; off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         for (int k = 0; k < g->world_size; k++) {

@@ -33,7 +33,7 @@ static int ring_reduce_scatter(ddp_group *g, const comm_call *call, const char *
                                const block *blocks, int start, bool fuse_all_gather) {
     int n = g->world_size, right = ring_mod(g->rank + 1, n), left = ring_mod(g->rank - 1, n);
     size_t es = dtype_size(call->t);
-    uint64_t chunk = comm_chunk_elems(call->t);
+    uint64_t chunk = comm_chunk_elems(g, call->t);
     const block *first = &blocks[ring_mod(start, n)];
     TRY(coll_send_range(g, right, call, TAG_RS(0), own + first->off * es, first->off, first->len, true));
     for (int s = 0; s < n - 1; s++) {
@@ -67,7 +67,7 @@ static int ring_all_gather(ddp_group *g, const comm_call *call, char *buf, const
                            bool start_sent) {
     int n = g->world_size, right = ring_mod(g->rank + 1, n), left = ring_mod(g->rank - 1, n);
     size_t es = dtype_size(call->t);
-    uint64_t chunk = comm_chunk_elems(call->t);
+    uint64_t chunk = comm_chunk_elems(g, call->t);
     if (!start_sent) {
         const block *b = &blocks[ring_mod(start, n)];
         TRY(coll_send_range(g, right, call, TAG_AG(0), buf + b->off * es, b->off, b->len, true));

@@ -18,6 +18,7 @@
 #define COMM_MAX_QUEUED_BYTES (1ull << 30) /* early arrivals held at once */
 
 #define COMM_REMOTE_MIN (64u << 10)       /* smaller chunks are cheaper through the socket */
+#define COMM_REMOTE_CHUNK_BYTES (4u << 20) /* frames read from a peer's memory */
 
 _Static_assert(sizeof(comm_header) == 72, "the header is 72 bytes on the wire");
 
@@ -44,8 +45,8 @@ int comm_socket_setup(void *socket) {
     return 0;
 }
 
-uint64_t comm_chunk_elems(dtype t) {
-    return COMM_CHUNK_BYTES / dtype_size(t);
+uint64_t comm_chunk_elems(const ddp_group *g, dtype t) {
+    return (g->comm.remote_reads ? COMM_REMOTE_CHUNK_BYTES : COMM_CHUNK_BYTES) / dtype_size(t);
 }
 
 int comm_init(ddp_group *g) {

@@ -139,5 +139,7 @@ bool comm_buffers_exposed(const ddp_group *g);
 void comm_destroy_locks(ddp_group *g);
 
 /* Elements per frame for a dtype: frames stay well under the socket's message limit and
- * small enough for reduction to overlap transfer. */
-uint64_t comm_chunk_elems(dtype t);
+ * small enough for reduction to overlap transfer; larger when they are read from the
+ * peer's memory, where a frame costs a message and an acknowledgement but no socket
+ * buffer. Every rank agrees on it: remote reads are on for all or none. */
+uint64_t comm_chunk_elems(const ddp_group *g, dtype t);

@@ -427,6 +427,8 @@ int trainer_run(trainer *t) {
     uint64_t max_steps = o->steps > 0 ? (uint64_t)o->steps : UINT64_MAX;
     uint64_t epochs = o->steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
     int r = 0;
+    double total_s = 0, last_accuracy = NAN;
+    uint64_t total_samples = 0;
     if (t->rank == 0)
         printf("ddp-worker: %s mode, model %s (%zu parameters), %d workers, batch %d (%d each), %zu steps an epoch\n",
                o->mode, t->m.spec.name, t->m.spec.n_params, t->world, t->global_batch, t->local_batch,
@@ -476,6 +478,9 @@ int trainer_run(trainer *t) {
         if (!mse)
             accuracy = test_metric;
         double rate = train_s > 0 ? (double)(n_steps * (size_t)t->global_batch) / train_s : 0;
+        total_s += train_s;
+        total_samples += n_steps * (size_t)t->global_batch;
+        last_accuracy = test_metric;
         double mean_loss = n_steps ? loss_sum / (double)n_steps : NAN;
         if (t->rank == 0) {
             if (isatty(STDOUT_FILENO))
@@ -498,6 +503,11 @@ int trainer_run(trainer *t) {
         if ((r = trainer_save(t)) < 0)
             return r;
     }
+    if (t->rank == 0) /* one line for scripts, like the PyTorch anchor's RESULT */
+        printf("RESULT world=%d model=%s mode=%s steps=%llu train_s=%.2f samples_per_s=%.0f test_%s=%.4f\n", t->world,
+               t->m.spec.name, t->opts->mode, (unsigned long long)t->step, total_s,
+               total_s > 0 ? (double)total_samples / total_s : 0, t->m.spec.loss == LOSS_MSE ? "loss" : "acc",
+               last_accuracy);
     return 0;
 }
 

@@ -1,7 +1,8 @@
 /* DistributedDataParallel: every rank forwards and backwards its shard; gradients are
- * all-reduced (AVG) in buckets, last layers first, each launched as soon as its layers'
- * backward is done, so communication overlaps the rest of backward; every rank then steps
- * its own optimizer. Parameters start equal: rank 0's are broadcast before step one. */
+ * all-reduced (AVG) in buckets, last layers first, each launched with
+ * ddp_all_reduce_async as soon as its layers' backward is done, so communication overlaps
+ * the rest of backward; every rank then steps its own optimizer. Parameters start equal:
+ * rank 0's are broadcast before step one. */
 #include "worker/trainer.h"
 
 #include <errno.h>
@@ -20,7 +21,10 @@ int sync_ddp_setup(trainer *t) {
 static void on_layer_done(void *ctx, int layer) {
     trainer *t = ctx;
     for (int k = 0; k < t->n_buckets; k++)
-        if (t->bucket_first[k] == layer && !t->bucket_error) {
+        /* The bucket of the first layers completes with backward itself: nothing is left to
+         * overlap it with, so sync_ddp_step runs it on this thread, sparing two hand-offs to
+         * the communication thread while the other core is busy with the other rank. */
+        if (t->bucket_first[k] == layer && layer > 0 && !t->bucket_error) {
             size_t off, count;
             model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
             t->bucket_error = ddp_all_reduce_async(t->g, t->m.grads + off, count, DDP_F32, DDP_AVG, &t->bucket_req[k]);
@@ -43,6 +47,11 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
     model_backward(m, t->dlogits, B, on_layer_done, t);
     double t1 = trainer_now();
     int r = t->bucket_error;
+    if (r == 0) { /* the last bucket: layers 0.. (after the async ones, in order) */
+        size_t off, count;
+        model_layer_range(&m->spec, t->bucket_first[t->n_buckets - 1], t->bucket_last[t->n_buckets - 1], &off, &count);
+        r = ddp_all_reduce(t->g, m->grads + off, count, DDP_F32, DDP_AVG);
+    }
     for (int k = 0; k < t->n_buckets; k++)
         if (t->bucket_req[k]) {
             int w = ddp_wait(t->bucket_req[k]);

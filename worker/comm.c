@@ -2,6 +2,7 @@
 #include "worker/comm.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/uio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 
 #define COMM_REMOTE_MIN (64u << 10)       /* smaller chunks are cheaper through the socket */
 #define COMM_REMOTE_CHUNK_BYTES (4u << 20) /* frames read from a peer's memory */
+#define COMM_ABORT_GRACE_MS 3000          /* how long a vanished peer's abort notice may take */
 
 _Static_assert(sizeof(comm_header) == 72, "the header is 72 bytes on the wire");
 
@@ -198,6 +200,15 @@ int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_
     return 0;
 }
 
+/* The abort, if the job has ended; records it as the group's failure. */
+static int comm_check_abort(ddp_group *g) {
+    int code = atomic_load(&g->agent.abort_code);
+    if (!code)
+        return 0;
+    g->failed = code;
+    return group_fail(g, code, "%s", g->agent.abort_text);
+}
+
 /* Tells the sender of a COMM_FLAG_REMOTE frame that its buffer has been read. */
 static void comm_send_ack(ddp_group *g, const comm_header *read) {
     void *s = NULL;
@@ -218,9 +229,15 @@ static int comm_read_remote(ddp_group *g, comm_frame *f, void *dst) {
     struct iovec local = {dst, bytes}, remote = {(void *)(uintptr_t)f->h.addr, bytes};
     ssize_t got = bytes ? process_vm_readv((pid_t)g->pids[f->h.src], &local, 1, &remote, 1, 0) : 0;
     if (got != (ssize_t)bytes) {
-        int r = got < 0 ? -errno : -EIO;
+        int r = got < 0 ? -errno : -EIO, err = errno;
+        /* A peer's memory goes away only when the job is ending: it left its call because
+         * another rank died, or it died itself. ddpd's word on that is the better error, and
+         * it is due within the liveness window: wait for it that long. */
+        struct pollfd pfd = {.fd = g->agent.abort_fd, .events = POLLIN};
+        poll(&pfd, 1, COMM_ABORT_GRACE_MS);
+        TRY(comm_check_abort(g));
         return group_fail(g, r, "could not read %zu bytes from rank %d (pid %u): %s", bytes, f->h.src,
-                          g->pids[f->h.src], got < 0 ? strerror(errno) : "short read");
+                          g->pids[f->h.src], got < 0 ? strerror(err) : "short read");
     }
     comm_send_ack(g, &f->h);
     f->h.flags = 0; /* read: acknowledged once */
@@ -340,14 +357,6 @@ static comm_frame *comm_take(comm *c, int src, uint64_t seq, int32_t tag) {
     return NULL;
 }
 
-/* The abort, if the job has ended; records it as the group's failure. */
-static int comm_check_abort(ddp_group *g) {
-    int code = atomic_load(&g->agent.abort_code);
-    if (!code)
-        return 0;
-    g->failed = code;
-    return group_fail(g, code, "%s", g->agent.abort_text);
-}
 
 static int comm_mismatch(ddp_group *g, const comm_frame *f, const comm_call *call) {
     const comm_header *h = &f->h;

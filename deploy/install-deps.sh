@@ -12,6 +12,7 @@ packages="
   zlib1g-dev
   libinih-dev
   libcjson-dev
+  libexpat1-dev
   libsystemd-dev
   dataset-fashion-mnist
 "

@@ -293,6 +293,16 @@ DDP_EXPORT int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats) {
     return 0;
 }
 
+DDP_EXPORT int ddp_get_peer_stats(const ddp_group *g, int peer, unsigned long long *ret_sent,
+                                  unsigned long long *ret_received) {
+    if (!g || peer < 0 || peer > g->world_size || !ret_sent || !ret_received)
+        return -EINVAL;
+    coll_drain((ddp_group *)g);
+    *ret_sent = g->comm.sent_to[peer];
+    *ret_received = g->comm.received_from[peer];
+    return 0;
+}
+
 DDP_EXPORT int ddp_wait(ddp_request *req) {
     if (!req)
         return -EINVAL;

@@ -56,7 +56,9 @@ int comm_init(ddp_group *g) {
     c->pull = g->data;
     c->push = calloc((size_t)g->world_size, sizeof(void *));
     c->queue = calloc((size_t)g->world_size, sizeof(comm_frame *));
-    if (!c->push || !c->queue)
+    c->sent_to = calloc((size_t)g->world_size + 1, sizeof(unsigned long long));
+    c->received_from = calloc((size_t)g->world_size + 1, sizeof(unsigned long long));
+    if (!c->push || !c->queue || !c->sent_to || !c->received_from)
         return -ENOMEM;
     atomic_init(&c->inflight, 0);
     pthread_mutex_init(&c->inflight_lock, NULL);
@@ -113,7 +115,10 @@ void comm_close(ddp_group *g) {
         free(c->queue);
     }
     free(c->scratch);
+    free(c->sent_to);
+    free(c->received_from);
     c->scratch = NULL;
+    c->sent_to = c->received_from = NULL;
     c->push = NULL;
     c->queue = NULL;
 }
@@ -196,6 +201,7 @@ int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_
         return group_fail(g, r, "cannot send to rank %d: %s", dst, zmq_strerror(-r));
     }
     c->bytes_sent += bytes;
+    c->sent_to[dst] += bytes;
     c->messages_sent++;
     return 0;
 }
@@ -338,6 +344,7 @@ static void comm_read_one(ddp_group *g) {
     }
     c->queued_bytes += zmq_msg_size(&f->payload); /* a remote frame holds nothing */
     c->bytes_received += h->n * dtype_size(h->dtype);
+    c->received_from[h->src] += h->n * dtype_size(h->dtype);
     c->messages_received++;
     comm_frame **tail = &c->queue[h->src];
     while (*tail)

@@ -86,6 +86,7 @@ typedef struct {
     uint64_t dropped;      /* malformed or stale frames */
     char dropped_why[160];
     unsigned long long bytes_sent, bytes_received, messages_sent, messages_received;
+    unsigned long long *sent_to, *received_from; /* (world + 1) per peer; [world]: ddpd (ps mode) */
     bool remote_reads;     /* every peer's memory can be read with process_vm_readv */
     void *scratch;         /* where remote frames land when they are to be reduced, not kept */
     size_t scratch_size;

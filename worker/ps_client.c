@@ -36,6 +36,8 @@ DDP_EXPORT int ddp_ps_push(ddp_group *g, int bucket, const float *grads) {
     if (r < 0)
         return group_fail(g, r, "ps_push: could not hand bucket %d to the control thread: %s", bucket, error_string(r));
     g->ps_push_step[bucket]++;
+    g->comm.bytes_sent += g->ps_buckets[bucket] * sizeof(float);
+    g->comm.sent_to[g->world_size] += g->ps_buckets[bucket] * sizeof(float);
     return 0;
 }
 
@@ -92,6 +94,8 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
     else {
         memcpy(ret_average, zmq_msg_data(&ev->msg.payload[0]), bytes);
         g->ps_pull_step[bucket]++;
+        g->comm.bytes_received += bytes;
+        g->comm.received_from[g->world_size] += bytes;
     }
     agent_event_free(ev);
     return r;

@@ -372,6 +372,19 @@ static void trainer_write_metrics(trainer *t, const char *kind, double loss, dou
     cJSON_AddNumberToObject(j, "bytes_sent", (double)st.bytes_sent);
     cJSON_AddNumberToObject(j, "bytes_received", (double)st.bytes_received);
     cJSON_AddNumberToObject(j, "peak_rss_kb", (double)peak_rss_kb());
+    cJSON_AddStringToObject(j, "model", t->m.spec.name);
+    cJSON_AddNumberToObject(j, "n_params", (double)t->m.spec.n_params);
+    cJSON_AddNumberToObject(j, "outputs", t->m.spec.sizes[t->m.spec.n_layers]);
+    cJSON_AddNumberToObject(j, "global_batch", t->global_batch);
+    if (!strcmp(kind, "epoch")) { /* per peer; the last entry is ddpd */
+        cJSON *to = cJSON_AddArrayToObject(j, "bytes_to"), *from = cJSON_AddArrayToObject(j, "bytes_from");
+        for (int p = 0; p <= t->world; p++) {
+            unsigned long long sent = 0, received = 0;
+            ddp_get_peer_stats(t->g, p, &sent, &received);
+            cJSON_AddItemToArray(to, cJSON_CreateNumber((double)sent));
+            cJSON_AddItemToArray(from, cJSON_CreateNumber((double)received));
+        }
+    }
     cJSON *mem = cJSON_AddObjectToObject(j, "device_memory");
     cJSON *dev = cJSON_AddObjectToObject(mem, t->b.ops->name);
     cJSON_AddNumberToObject(dev, "current_bytes", (double)t->b.memory.current);

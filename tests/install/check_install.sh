@@ -8,7 +8,7 @@ prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 
 cmake --install "$build_dir" --prefix "$prefix" >/dev/null
-for f in bin/ddpd bin/ddpctl bin/ddp-run bin/ddp-bench bin/ddp-worker include/ddp/ddp.h lib/libddp.so lib/pkgconfig/ddp.pc; do
+for f in bin/ddpd bin/ddpctl bin/ddp-run bin/ddp-bench bin/ddp-worker bin/ddp-compare include/ddp/ddp.h lib/libddp.so lib/pkgconfig/ddp.pc; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 "$prefix/bin/ddpd" --version | grep -q "^ddpd "

@@ -97,6 +97,9 @@ typedef struct ddp_stats {
     unsigned long long messages_sent, messages_received;
 } ddp_stats;
 int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats);
+/* The same, per peer: bytes sent to and received from rank peer; peer == world size is
+ * ddpd (what ps mode pushes and pulls). */
+int ddp_get_peer_stats(const ddp_group *g, int peer, unsigned long long *ret_sent, unsigned long long *ret_received);
 
 const char *ddp_strerror(int err);
 /* What went wrong in the group's last failed call, e.g. "rank 2 (pid 4242 on lab1) died:

@@ -17,41 +17,11 @@
 
 static char dir[64];
 
-static void put_be32(gzFile f, uint32_t v) {
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
-    gzwrite(f, b, 4);
-}
-
-static void write_split(const char *split, int n, unsigned seed) {
-    char path[128];
-    snprintf(path, sizeof(path), "%s/%s-images-idx3-ubyte.gz", dir, split);
-    gzFile img = gzopen(path, "wb");
-    snprintf(path, sizeof(path), "%s/%s-labels-idx1-ubyte.gz", dir, split);
-    gzFile lab = gzopen(path, "wb");
-    ck_assert(img && lab);
-    put_be32(img, 0x803);
-    put_be32(img, (uint32_t)n);
-    put_be32(img, 28);
-    put_be32(img, 28);
-    put_be32(lab, 0x801);
-    put_be32(lab, (uint32_t)n);
-    unsigned char px[784];
-    for (int i = 0; i < n; i++) {
-        unsigned char label = (unsigned char)(rand_r(&seed) % 10);
-        for (int k = 0; k < 784; k++)
-            px[k] = (unsigned char)(rand_r(&seed) % 200 + (k % 10 == label ? 55 : 0));
-        gzwrite(img, px, sizeof(px));
-        gzwrite(lab, &label, 1);
-    }
-    gzclose(img);
-    gzclose(lab);
-}
-
 static void setup(void) {
     snprintf(dir, sizeof(dir), "/tmp/check_compare_%d", (int)getpid());
     mkdir(dir, 0755);
-    write_split("train", 1024, 3);
-    write_split("t10k", 256, 4);
+    idx_write_split(dir, "train", 1024, 28, 3);
+    idx_write_split(dir, "t10k", 256, 28, 4);
 }
 
 static void teardown(void) {

@@ -20,41 +20,11 @@
 
 static char dir[64];
 
-static void put_be32(gzFile f, uint32_t v) {
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
-    gzwrite(f, b, 4);
-}
-
-/* n images whose class is visible in them (a bright column per class, plus noise). */
-static void write_split(const char *split, int n, unsigned seed) {
-    char path[128];
-    snprintf(path, sizeof(path), "%s/%s-images-idx3-ubyte.gz", dir, split);
-    gzFile img = gzopen(path, "wb");
-    snprintf(path, sizeof(path), "%s/%s-labels-idx1-ubyte.gz", dir, split);
-    gzFile lab = gzopen(path, "wb");
-    ck_assert(img && lab);
-    put_be32(img, 0x803);
-    put_be32(img, (uint32_t)n);
-    put_be32(img, SIDE);
-    put_be32(img, SIDE);
-    put_be32(lab, 0x801);
-    put_be32(lab, (uint32_t)n);
-    for (int i = 0; i < n; i++) {
-        unsigned char label = (unsigned char)(rand_r(&seed) % 10), px[SIDE * SIDE];
-        for (int k = 0; k < SIDE * SIDE; k++)
-            px[k] = (unsigned char)(rand_r(&seed) % 64 + ((k % SIDE) == label % SIDE && (k / SIDE) >= label / SIDE * 4 ? 160 : 0));
-        gzwrite(img, px, sizeof(px));
-        gzwrite(lab, &label, 1);
-    }
-    gzclose(img);
-    gzclose(lab);
-}
-
 static void setup(void) {
     snprintf(dir, sizeof(dir), "/tmp/check_training_%d", (int)getpid());
     mkdir(dir, 0755);
-    write_split("train", 512, 1);
-    write_split("t10k", 128, 2);
+    idx_write_split(dir, "train", 512, SIDE, 1);
+    idx_write_split(dir, "t10k", 128, SIDE, 2);
 }
 
 static void teardown(void) {

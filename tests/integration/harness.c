@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <zmq.h>
 
 #include "common/clock.h"
@@ -184,6 +185,38 @@ void member_start(proc *p, const ddpd_proc *d, int world_size, int rank, const c
         argv[n++] = args[i];
     argv[n] = NULL;
     proc_start(p, argv, env); /* the child has its copy once fork returns */
+}
+
+static void put_be32(gzFile f, uint32_t v) {
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    gzwrite(f, b, 4);
+}
+
+void idx_write_split(const char *dir, const char *split, int n, int side, unsigned seed) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s-images-idx3-ubyte.gz", dir, split);
+    gzFile img = gzopen(path, "wb");
+    snprintf(path, sizeof(path), "%s/%s-labels-idx1-ubyte.gz", dir, split);
+    gzFile lab = gzopen(path, "wb");
+    ck_assert(img && lab);
+    put_be32(img, 0x803);
+    put_be32(img, (uint32_t)n);
+    put_be32(img, (uint32_t)side);
+    put_be32(img, (uint32_t)side);
+    put_be32(lab, 0x801);
+    put_be32(lab, (uint32_t)n);
+    unsigned char *px = malloc((size_t)side * side);
+    for (int i = 0; i < n; i++) {
+        unsigned char label = (unsigned char)(rand_r(&seed) % 10);
+        for (int k = 0; k < side * side; k++)
+            px[k] = (unsigned char)(rand_r(&seed) % 64 +
+                                    ((k % side) == label % side && (k / side) >= label / side * 4 ? 160 : 0));
+        gzwrite(img, px, (unsigned)(side * side));
+        gzwrite(lab, &label, 1);
+    }
+    free(px);
+    gzclose(img);
+    gzclose(lab);
 }
 
 void *raw_connect(void *zmq_ctx, const char *endpoint) {

@@ -48,6 +48,11 @@ int ddpd_stop(ddpd_proc *d);
 /* Starts a member (tests/integration/member.c) of a job on d. */
 void member_start(proc *p, const ddpd_proc *d, int world_size, int rank, const char *job, const char *const *args);
 
+/* Writes dir/SPLIT-images-idx3-ubyte.gz and dir/SPLIT-labels-idx1-ubyte.gz: n side x side
+ * images whose class shows in them (a bright column per class, plus noise), so a model can
+ * learn them. */
+void idx_write_split(const char *dir, const char *split, int n, int side, unsigned seed);
+
 /* A hand-made peer: a DEALER on the control endpoint. */
 void *raw_connect(void *zmq_ctx, const char *endpoint);
 /* Sends env and waits up to timeout_ms for a message (the first one not a heartbeat).

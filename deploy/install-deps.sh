@@ -13,7 +13,7 @@ packages="
   libinih-dev
   libcjson-dev
   libexpat1-dev
-  libsystemd-dev
+  libsystemd-dev systemd
   dataset-fashion-mnist
 "
 

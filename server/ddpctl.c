@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/prometheus.h"
 #include "common/wire.h"
 
 typedef struct {
@@ -34,9 +35,10 @@ static const config_option ddpctl_options_table[] = {
 
 static const config_spec ddpctl_spec = {
     .program = "ddpctl",
-    .usage = "[OPTIONS] status",
-    .summary = "Shows the jobs and members of a running ddpd.\n\nCommands:\n  status    jobs, members, ranks, "
-               "pids, hosts and when each was last heard",
+    .usage = "[OPTIONS] status|metrics|abort JOB",
+    .summary = "Talks to a running ddpd.\n\nCommands:\n  status      jobs, members, ranks, pids, hosts and when each was "
+               "last heard\n  metrics     the same in the Prometheus text format\n  abort JOB   end a job: its members "
+               "get an Abort saying who asked",
     .env_prefix = "DDPCTL_",
     .options = ddpctl_options_table,
     .n_options = sizeof(ddpctl_options_table) / sizeof(ddpctl_options_table[0]),
@@ -110,21 +112,17 @@ static int print_json(const char *endpoint, const Ddp__StatusReply *st) {
     return 0;
 }
 
-/* One request, one reply, within timeout_ms. */
-static int ddpctl_status(const ddpctl_options *o) {
+/* Sends env to ddpd and waits, within timeout_ms, for an answer of reply_type (or an Error,
+ * which is printed). *msg holds the answer on success. */
+static int ddpctl_request(const ddpctl_options *o, Ddp__Envelope *env, Ddp__MsgType reply_type, wire_msg *msg) {
     int r = 0;
     void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
-    wire_msg msg = {0};
     if (!sock || wire_socket_setup(sock, DDP_MAX_CONTROL_MSG_BYTES) < 0 || zmq_connect(sock, o->coordinator) < 0) {
         fprintf(stderr, "ddpctl: cannot connect to '%s': %s\n", o->coordinator, zmq_strerror(zmq_errno()));
         r = -EINVAL;
         goto out;
     }
-    Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;
-    Ddp__Envelope env;
-    wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REQUEST, "", -1, 0, 1);
-    env.status_request = &body;
-    if ((r = wire_send(sock, NULL, 0, &env, NULL, 0)) < 0) {
+    if ((r = wire_send(sock, NULL, 0, env, NULL, 0)) < 0) {
         fprintf(stderr, "ddpctl: cannot send to '%s': %s\n", o->coordinator, error_string(r));
         goto out;
     }
@@ -140,26 +138,69 @@ static int ddpctl_status(const ddpctl_options *o) {
         }
         if (n < 0)
             continue; /* EINTR */
-        r = wire_recv(sock, false, 0, &msg);
+        r = wire_recv(sock, false, 0, msg);
         if (r < 0) {
-            fprintf(stderr, "ddpctl: bad answer from '%s': %s\n", o->coordinator, msg.error);
+            fprintf(stderr, "ddpctl: bad answer from '%s': %s\n", o->coordinator, msg->error);
+            wire_msg_close(msg);
             goto out;
         }
-        if (msg.env->type == DDP__MSG_TYPE__STATUS_REPLY)
+        if (msg->env->type == reply_type)
             break;
-        if (msg.env->type == DDP__MSG_TYPE__ERROR) {
-            fprintf(stderr, "ddpctl: ddpd answered: %s\n", msg.env->error->message);
-            r = msg.env->error->code;
+        if (msg->env->type == DDP__MSG_TYPE__ERROR) {
+            fprintf(stderr, "ddpctl: ddpd answered: %s\n", msg->env->error->message);
+            r = msg->env->error->code;
+            wire_msg_close(msg);
             goto out;
         }
-        wire_msg_close(&msg);
+        wire_msg_close(msg);
     }
-    r = o->json ? print_json(o->coordinator, msg.env->status_reply) : (print_table(o->coordinator, msg.env->status_reply), 0);
 out:
-    wire_msg_close(&msg);
     if (sock)
         zmq_close(sock);
     zmq_ctx_term(ctx);
+    return r;
+}
+
+static int ddpctl_status(const ddpctl_options *o, bool prometheus) {
+    Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REQUEST, "", -1, 0, 1);
+    env.status_request = &body;
+    wire_msg msg = {0};
+    int r = ddpctl_request(o, &env, DDP__MSG_TYPE__STATUS_REPLY, &msg);
+    if (r < 0)
+        return r;
+    if (prometheus)
+        prometheus_write(stdout, msg.env->status_reply);
+    else if (o->json)
+        r = print_json(o->coordinator, msg.env->status_reply);
+    else
+        print_table(o->coordinator, msg.env->status_reply);
+    wire_msg_close(&msg);
+    return r;
+}
+
+static int ddpctl_abort(const ddpctl_options *o, const char *job) {
+    if (!wire_name_valid(job, DDP_MAX_JOB_NAME)) {
+        fprintf(stderr, "ddpctl: abort: '%s' is not a job name\n", job);
+        return -EINVAL;
+    }
+    char host[DDP_MAX_HOST + 1] = "localhost", reason[DDP_MAX_REASON];
+    gethostname(host, sizeof(host) - 1);
+    snprintf(reason, sizeof(reason), "ddpctl abort (pid %d on %s)", (int)getpid(), host);
+    Ddp__Abort body = DDP__ABORT__INIT;
+    body.rank = -1;
+    body.code = -ECONNABORTED;
+    body.host = host;
+    body.reason = reason;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__ABORT, job, -1, 0, 1);
+    env.abort = &body;
+    wire_msg msg = {0};
+    int r = ddpctl_request(o, &env, DDP__MSG_TYPE__ABORT, &msg);
+    if (r == 0)
+        printf("job '%s' aborted\n", job);
+    wire_msg_close(&msg);
     return r;
 }
 
@@ -182,12 +223,19 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *command = first < argc ? argv[first] : "status";
-    if (strcmp(command, "status") != 0 || first + 1 < argc) {
-        fprintf(stderr, "ddpctl: unknown command '%s' (see --help)\n", first + 1 < argc && !strcmp(command, "status") ? argv[first + 1] : command);
+    int operands = argc - first - 1; /* after the command */
+    bool known = (!strcmp(command, "status") && operands <= 0) || (!strcmp(command, "metrics") && operands <= 0) ||
+                 (!strcmp(command, "abort") && operands == 1);
+    if (!known) {
+        fprintf(stderr, "ddpctl: '%s'%s: use status, metrics or abort JOB (see --help)\n", command,
+                !strcmp(command, "abort") ? " needs one job name" : " is not a command, or has extra arguments");
         config_free(&ddpctl_spec, &o);
         return 2;
     }
-    r = ddpctl_status(&o);
+    if (!strcmp(command, "abort"))
+        r = ddpctl_abort(&o, argv[first + 1]);
+    else
+        r = ddpctl_status(&o, !strcmp(command, "metrics"));
     config_free(&ddpctl_spec, &o);
     return r < 0 ? 1 : 0;
 }

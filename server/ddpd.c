@@ -12,6 +12,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "server/notify.h"
 #include "server/server.h"
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
@@ -29,6 +30,8 @@ static const config_option ddpd_options[] = {
      "seconds a job may take to form before its members are rejected", "S"},
     {"log-level", CONFIG_STRING, 1, 8, "info", offsetof(server_options, log_level), "error, warn, info or debug",
      "LEVEL", log_levels},
+    {"metrics-file", CONFIG_STRING, 1, 4096, NULL, offsetof(server_options, metrics_file),
+     "write jobs and members in the Prometheus text format here every second (atomically)", "PATH"},
     {"version", CONFIG_BOOL, 0, 1, NULL, offsetof(server_options, version), "print the version and exit", NULL, NULL,
      NULL, 'V'},
     {"help", CONFIG_BOOL, 0, 1, NULL, offsetof(server_options, help), "print this help and exit", NULL, NULL, NULL,
@@ -91,6 +94,11 @@ int main(int argc, char **argv) {
     }
     log_info("ddpd %s listening on %s (heartbeat %d ms, liveness %d, join timeout %d s)", DDP_VERSION, s.endpoint,
              opts.heartbeat_ms, opts.liveness, opts.join_timeout);
+    /* Ready only now: the configuration is valid and the socket is bound. */
+    char summary[128];
+    server_summary(&s, summary, sizeof(summary));
+    notify_ready(summary);
+    uint64_t watchdog_ms = notify_watchdog_interval_ms(), next_watchdog = clock_now_ms(), next_metrics = 0;
 
     uint64_t next_tick = clock_now_ms();
     while (!stop_signal) {
@@ -102,8 +110,22 @@ int main(int argc, char **argv) {
         }
         if (rc > 0)
             server_dispatch(&s);
-        if (clock_now_ms() >= next_tick) {
+        uint64_t now = clock_now_ms();
+        if (now >= next_tick) {
             server_tick(&s);
+            if (opts.metrics_file && now >= next_metrics) {
+                int e = server_write_metrics(&s, opts.metrics_file);
+                if (e < 0)
+                    log_ratelimited(&s.bad_input_log, LOG_LEVEL_WARN, "cannot write %s: %s", opts.metrics_file,
+                                    error_string(e));
+                next_metrics = now + 1000;
+            }
+            server_summary(&s, summary, sizeof(summary));
+            notify_status(summary);
+            if (watchdog_ms && now >= next_watchdog) { /* last: a ping means this tick's work is done */
+                notify_watchdog();
+                next_watchdog = now + watchdog_ms;
+            }
             next_tick = clock_now_ms() + (uint64_t)server_tick_ms(&s);
         }
     }
@@ -112,6 +134,7 @@ int main(int argc, char **argv) {
                       : stop_signal == SIGINT ? "ddpd is shutting down (SIGINT)"
                                               : "ddpd is shutting down";
     log_info("%s", why);
+    notify_stopping();
     server_shutdown(&s, why);
     server_close(&s);
     config_free(&ddpd_spec, &opts);

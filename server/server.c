@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/prometheus.h"
 
 #define SERVER_DISPATCH_BATCH 1024 /* messages per dispatch, so the tick is never starved */
 
@@ -99,6 +100,7 @@ static void server_abort_job(server *s, job *j, ssize_t culprit, int code, const
         if ((ssize_t)i != culprit && !j->members[i].left)
             server_send(s, j->members[i].identity, j->members[i].identity_size, &env);
     log_warn("job '%s' (generation %llu) aborted: %s", j->name, (unsigned long long)j->generation, reason);
+    s->aborts++;
     server_remove_job(s, j);
 }
 
@@ -434,56 +436,137 @@ static void server_on_grad_push(server *s, wire_msg *msg) {
     zmq_msg_close(&average);
 }
 
-static void server_on_status(server *s, const wire_msg *msg) {
+/* A snapshot of every job and member, as a status reply; views into the server's state,
+ * valid until it changes. */
+typedef struct {
+    Ddp__StatusReply reply;
+    Ddp__JobStatus *jobs, **job_ptrs;
+    Ddp__MemberStatus *members, **member_ptrs;
+} server_status;
+
+static int server_status_build(server *s, server_status *st) {
     uint64_t now = clock_now_ms();
     size_t n_members = 0;
     for (size_t i = 0; i < s->n_jobs; i++)
         n_members += s->jobs[i]->n_members;
-    Ddp__JobStatus *jobs = calloc(s->n_jobs ? s->n_jobs : 1, sizeof(*jobs));
-    Ddp__JobStatus **job_ptrs = calloc(s->n_jobs ? s->n_jobs : 1, sizeof(*job_ptrs));
-    Ddp__MemberStatus *members = calloc(n_members ? n_members : 1, sizeof(*members));
-    Ddp__MemberStatus **member_ptrs = calloc(n_members ? n_members : 1, sizeof(*member_ptrs));
-    if (!jobs || !job_ptrs || !members || !member_ptrs) {
-        server_send_error(s, msg, -ENOMEM, "status: out of memory");
-        goto out;
-    }
+    st->jobs = calloc(s->n_jobs ? s->n_jobs : 1, sizeof(*st->jobs));
+    st->job_ptrs = calloc(s->n_jobs ? s->n_jobs : 1, sizeof(*st->job_ptrs));
+    st->members = calloc(n_members ? n_members : 1, sizeof(*st->members));
+    st->member_ptrs = calloc(n_members ? n_members : 1, sizeof(*st->member_ptrs));
+    if (!st->jobs || !st->job_ptrs || !st->members || !st->member_ptrs)
+        return -ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < s->n_jobs; i++) {
         const job *j = s->jobs[i];
-        ddp__job_status__init(&jobs[i]);
-        jobs[i].name = (char *)j->name;
-        jobs[i].state = (char *)(j->state == JOB_FORMING ? "forming" : "running");
-        jobs[i].mode = (char *)j->mode;
-        jobs[i].world_size = j->world_size;
-        jobs[i].generation = j->generation;
-        jobs[i].age_ms = now - j->created_ms;
-        jobs[i].members = &member_ptrs[k];
-        jobs[i].n_members = j->n_members;
+        Ddp__JobStatus *js = &st->jobs[i];
+        ddp__job_status__init(js);
+        js->name = (char *)j->name;
+        js->state = (char *)(j->state == JOB_FORMING ? "forming" : "running");
+        js->mode = (char *)j->mode;
+        js->world_size = j->world_size;
+        js->generation = j->generation;
+        js->age_ms = now - j->created_ms;
+        js->members = &st->member_ptrs[k];
+        js->n_members = j->n_members;
         for (size_t m = 0; m < j->n_members; m++, k++) {
-            ddp__member_status__init(&members[k]);
-            members[k].rank = j->members[m].rank;
-            members[k].pid = j->members[m].pid;
-            members[k].host = (char *)j->members[m].host;
-            members[k].endpoint = (char *)j->members[m].endpoint;
-            members[k].last_heard_ms = now - j->members[m].last_heard_ms;
-            member_ptrs[k] = &members[k];
+            Ddp__MemberStatus *ms = &st->members[k];
+            ddp__member_status__init(ms);
+            ms->rank = j->members[m].rank;
+            ms->pid = j->members[m].pid;
+            ms->host = (char *)j->members[m].host;
+            ms->endpoint = (char *)j->members[m].endpoint;
+            ms->last_heard_ms = now - j->members[m].last_heard_ms;
+            st->member_ptrs[k] = ms;
         }
-        job_ptrs[i] = &jobs[i];
+        st->job_ptrs[i] = js;
     }
-    Ddp__StatusReply body = DDP__STATUS_REPLY__INIT;
-    body.version = (char *)DDP_VERSION;
-    body.uptime_ms = now - s->started_ms;
-    body.n_jobs = s->n_jobs;
-    body.jobs = job_ptrs;
+    ddp__status_reply__init(&st->reply);
+    st->reply.version = (char *)DDP_VERSION;
+    st->reply.uptime_ms = now - s->started_ms;
+    st->reply.n_jobs = s->n_jobs;
+    st->reply.jobs = st->job_ptrs;
+    return 0;
+}
+
+static void server_status_free(server_status *st) {
+    free(st->jobs);
+    free(st->job_ptrs);
+    free(st->members);
+    free(st->member_ptrs);
+}
+
+static void server_on_status(server *s, const wire_msg *msg) {
+    server_status st = {0};
+    if (server_status_build(s, &st) < 0)
+        server_send_error(s, msg, -ENOMEM, "status: out of memory");
+    else {
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REPLY, "", -1, 0, msg->env->seq);
+        env.status_reply = &st.reply;
+        server_send(s, msg->identity, msg->identity_size, &env);
+    }
+    server_status_free(&st);
+}
+
+/* An operator's abort (ddpctl abort JOB): the job's members hear why, the asker gets the
+ * Abort back as its answer. */
+static void server_on_abort_request(server *s, const wire_msg *msg) {
+    job *j = server_find_job(s, msg->env->job, NULL);
+    if (!j) {
+        server_send_error(s, msg, -ENOENT, "abort: no job '%s'", msg->env->job);
+        return;
+    }
+    char reason[DDP_MAX_REASON], name[DDP_MAX_JOB_NAME + 1];
+    snprintf(reason, sizeof(reason), "aborted by an operator: %s", msg->env->abort->reason);
+    snprintf(name, sizeof(name), "%s", j->name); /* the answer goes out after the job is gone */
+    Ddp__Abort body = DDP__ABORT__INIT;
+    body.rank = -1;
+    body.code = -ECONNABORTED;
+    body.host = (char *)"";
+    body.reason = reason;
     Ddp__Envelope env;
-    wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REPLY, "", -1, 0, msg->env->seq);
-    env.status_reply = &body;
+    wire_envelope_init(&env, DDP__MSG_TYPE__ABORT, name, -1, j->generation, msg->env->seq);
+    env.abort = &body;
+    if (j->state == JOB_FORMING) {
+        for (size_t i = 0; i < j->n_members; i++)
+            server_send_reject(s, j->members[i].identity, j->members[i].identity_size, j->name, j->members[i].join_seq,
+                               -ECONNABORTED, reason);
+        log_warn("job '%s' (forming) %s", j->name, reason);
+        server_remove_job(s, j);
+    } else
+        server_abort_job(s, j, -1, -ECONNABORTED, reason);
     server_send(s, msg->identity, msg->identity_size, &env);
-out:
-    free(jobs);
-    free(job_ptrs);
-    free(members);
-    free(member_ptrs);
+}
+
+/* Jobs and workers, for systemd's STATUS= and logs. */
+void server_summary(const server *s, char *buf, size_t size) {
+    size_t members = 0;
+    for (size_t i = 0; i < s->n_jobs; i++)
+        members += s->jobs[i]->n_members;
+    snprintf(buf, size, "%zu job%s, %zu worker%s", s->n_jobs, s->n_jobs == 1 ? "" : "s", members,
+             members == 1 ? "" : "s");
+}
+
+/* Writes the Prometheus text to a temporary file and renames it over the old one, so the
+ * textfile collector never reads half of it. */
+int server_write_metrics(server *s, const char *path) {
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    server_status st = {0};
+    int r = server_status_build(s, &st);
+    FILE *f = r == 0 ? fopen(tmp, "w") : NULL;
+    if (f) {
+        prometheus_write(f, &st.reply);
+        fprintf(f, "# HELP ddpd_bad_messages_total Messages ddpd dropped or refused as malformed.\n"
+                   "# TYPE ddpd_bad_messages_total counter\nddpd_bad_messages_total %llu\n"
+                   "# HELP ddpd_job_aborts_total Jobs ended by a death or an operator.\n"
+                   "# TYPE ddpd_job_aborts_total counter\nddpd_job_aborts_total %llu\n",
+                (unsigned long long)s->bad_messages, (unsigned long long)s->aborts);
+        r = fclose(f) == 0 && rename(tmp, path) == 0 ? 0 : -errno;
+    } else if (r == 0)
+        r = -errno;
+    server_status_free(&st);
+    return r;
 }
 
 /* A short printable name for a connection in logs. */
@@ -503,6 +586,7 @@ static void server_handle(server *s, wire_msg *msg, int r) {
 
     if (r < 0) {
         char peer[32];
+        s->bad_messages++;
         log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "dropped a bad message from %s: %s",
                         server_peer_name(msg, peer, sizeof(peer)), msg->error);
         if (!msg->env)
@@ -536,6 +620,9 @@ static void server_handle(server *s, wire_msg *msg, int r) {
         break;
     case DDP__MSG_TYPE__GRAD_PUSH:
         server_on_grad_push(s, msg);
+        break;
+    case DDP__MSG_TYPE__ABORT:
+        server_on_abort_request(s, msg);
         break;
     default: {
         char peer[32];

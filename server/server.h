@@ -16,6 +16,7 @@ typedef struct {
     int liveness;
     int join_timeout;     /* seconds a job may take to form */
     char *log_level;
+    char *metrics_file;
     bool help;
     bool version;
 } server_options;
@@ -31,6 +32,7 @@ typedef struct {
     uint64_t started_ms;
     uint64_t next_heartbeat_ms;
     log_ratelimit bad_input_log;
+    uint64_t bad_messages, aborts; /* for the metrics */
 } server;
 
 /* Binds the ROUTER socket. Logs and returns a negative error on failure. */
@@ -42,6 +44,11 @@ void server_tick(server *s);
 /* Tells every member why the job ends and gives queued messages a moment to leave. */
 void server_shutdown(server *s, const char *reason);
 void server_close(server *s);
+
+/* "2 jobs, 6 workers" */
+void server_summary(const server *s, char *buf, size_t size);
+/* Writes the jobs and members in the Prometheus text format to path, atomically. */
+int server_write_metrics(server *s, const char *path);
 
 /* Milliseconds between ticks: fine enough to notice a death well within the window. */
 int server_tick_ms(const server *s);

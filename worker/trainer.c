@@ -183,7 +183,7 @@ static int trainer_resume(trainer *t) {
     model *m = &t->m;
     const model_spec *s = &m->spec;
     /* Rank 0 reads; everyone gets the same state, as a checkpoint may live on one host only. */
-    uint64_t state[4] = {0};
+    uint64_t state[4] = {0}; /* 0 resumed, 1 failed, 2 nothing to resume; step, epoch, position */
     int r = 0;
     float *velocity = m->velocity ? m->velocity : NULL;
     if (t->rank == 0) {
@@ -191,7 +191,12 @@ static int trainer_resume(trainer *t) {
         snprintf(expect.model, sizeof(expect.model), "%s", s->name);
         char err[512];
         r = checkpoint_read(t->opts->checkpoint, &expect, &info, m->params, velocity, err, sizeof(err));
-        if (r < 0)
+        if (r == -ENOENT) { /* a service's first start: nothing to resume yet */
+            printf("ddp-worker: no checkpoint at %s yet: starting from the beginning\n", t->opts->checkpoint);
+            info = (checkpoint_info){0};
+            r = 0;
+            state[0] = 2;
+        } else if (r < 0)
             snprintf(t->error, sizeof(t->error), "--resume: %s", err);
         else if (info.global_batch != (uint32_t)t->global_batch || info.seed != (uint64_t)t->opts->seed)
             r = trainer_fail(t, -EINVAL,
@@ -199,7 +204,7 @@ static int trainer_resume(trainer *t) {
                              "continue the same run",
                              t->opts->checkpoint, info.global_batch, (unsigned long long)info.seed, t->global_batch,
                              t->opts->seed);
-        state[0] = r < 0 ? 1 : 0;
+        state[0] = r < 0 ? 1 : state[0];
         state[1] = info.step;
         state[2] = info.epoch;
         state[3] = info.step_in_epoch;
@@ -207,8 +212,10 @@ static int trainer_resume(trainer *t) {
     int e = ddp_broadcast(t->g, state, 4, DDP_I64, 0);
     if (e < 0)
         return trainer_fail(t, e, "--resume: %s", ddp_last_error(t->g));
-    if (state[0]) /* rank 0 could not read it: every rank stops with the reason */
+    if (state[0] == 1) /* rank 0 could not read it: every rank stops with the reason */
         return r < 0 ? r : trainer_fail(t, -EINVAL, "--resume: rank 0 could not read %s", t->opts->checkpoint);
+    if (state[0] == 2) /* none yet: every rank starts from its (equal) initial parameters */
+        return 0;
     if ((e = ddp_broadcast(t->g, m->params, s->n_params, DDP_F32, 0)) < 0 ||
         (m->velocity && t->mode != MODE_DP && (e = ddp_broadcast(t->g, m->velocity, s->n_params, DDP_F32, 0)) < 0))
         return trainer_fail(t, e, "--resume: %s", ddp_last_error(t->g));

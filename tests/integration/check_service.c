@@ -1,0 +1,171 @@
+/* ddpd as a systemd service: sd_notify's messages in order (READY, STATUS, WATCHDOG,
+ * STOPPING), the Prometheus metrics file and ddpctl metrics, and ddpctl abort. */
+#include <check.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "tests/integration/harness.h"
+
+#define WAIT_MS 20000
+
+/* A datagram socket where ddpd's sd_notify messages land, as systemd's would. */
+static int notify_socket(char *path, size_t size) {
+    snprintf(path, size, "/tmp/check_service_%d.sock", (int)getpid());
+    unlink(path);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%.100s", path);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/* The next message that contains needle, within WAIT_MS; earlier ones are collected. */
+static bool next_notification(int fd, const char *needle, char *seen, size_t seen_size) {
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, WAIT_MS) <= 0)
+            return false;
+        char buf[512];
+        ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+        if (n <= 0)
+            return false;
+        buf[n] = '\0';
+        size_t len = strlen(seen);
+        snprintf(seen + len, seen_size - len, "%s|", buf);
+        if (strstr(buf, needle))
+            return true;
+    }
+}
+
+/* Every line is a comment (# HELP / # TYPE) or a sample: name{labels} value. */
+static void expect_prometheus(const char *text) {
+    char *copy = strdup(text), *save = NULL;
+    int samples = 0;
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#') {
+            ck_assert_msg(!strncmp(line, "# HELP ddpd_", 12) || !strncmp(line, "# TYPE ddpd_", 12), "bad comment: %s",
+                          line);
+            continue;
+        }
+        const char *p = line;
+        ck_assert_msg((*p >= 'a' && *p <= 'z') || *p == '_', "bad metric name: %s", line);
+        while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == ':')
+            p++;
+        if (*p == '{') {
+            for (p++; *p != '}';) {
+                while ((*p >= 'a' && *p <= 'z') || *p == '_')
+                    p++;
+                ck_assert_msg(p[0] == '=' && p[1] == '"', "bad label: %s", line);
+                for (p += 2; *p && *p != '"'; p++)
+                    if (*p == '\\')
+                        p++;
+                ck_assert_msg(*p == '"', "unterminated label: %s", line);
+                p++;
+                if (*p == ',')
+                    p++;
+            }
+            p++;
+        }
+        ck_assert_msg(*p == ' ', "no value: %s", line);
+        char *end;
+        strtod(p + 1, &end);
+        ck_assert_msg(end > p + 1 && *end == '\0', "bad value: %s", line);
+        samples++;
+    }
+    ck_assert_int_gt(samples, 3);
+    free(copy);
+}
+
+START_TEST(test_notify_and_metrics) {
+    char path[128], env_socket[160], metrics[128], seen[8192] = "";
+    int fd = notify_socket(path, sizeof(path));
+    snprintf(env_socket, sizeof(env_socket), "NOTIFY_SOCKET=%s", path);
+    snprintf(metrics, sizeof(metrics), "/tmp/check_service_%d.prom", (int)getpid());
+    const char *env[] = {env_socket, "WATCHDOG_USEC=200000", NULL};
+    const char *argv[] = {DDPD_PATH, "--listen", "tcp://127.0.0.1:*", "--metrics-file", metrics, NULL};
+    ddpd_proc d;
+    proc_start(&d.p, argv, env);
+    ck_assert_msg(proc_expect(&d.p, "listening on ", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    char line[512];
+    d.p.cursor = 0;
+    proc_expect(&d.p, "listening on ", 0, line, sizeof(line));
+    sscanf(strstr(line, "listening on ") + 13, "%256s", d.endpoint);
+
+    ck_assert_msg(next_notification(fd, "READY=1", seen, sizeof(seen)), "no READY: %s", seen);
+    ck_assert_msg(strstr(seen, "STATUS=0 jobs, 0 workers"), "%s", seen);
+    ck_assert_msg(!strstr(seen, "WATCHDOG=1|") || strstr(seen, "READY=1") < strstr(seen, "WATCHDOG=1|"),
+                  "a ping came before READY: %s", seen);
+    ck_assert_msg(next_notification(fd, "WATCHDOG=1", seen, sizeof(seen)), "no WATCHDOG: %s", seen);
+
+    proc m;
+    member_start(&m, &d, 2, 0, "svc", NULL);
+    ck_assert_msg(next_notification(fd, "STATUS=1 job, 1 worker", seen, sizeof(seen)), "no STATUS change: %s", seen);
+
+    /* the metrics file, written every second (a ping follows each write), and ddpctl metrics */
+    ck_assert(next_notification(fd, "WATCHDOG=1", seen, sizeof(seen)));
+    FILE *f = fopen(metrics, "r");
+    ck_assert_msg(f, "no %s", metrics);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    expect_prometheus(text);
+    const char *ctl[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "metrics", NULL};
+    proc c;
+    proc_start(&c, ctl, NULL);
+    int code = proc_wait(&c, WAIT_MS);
+    ck_assert_msg(code == 0, "ddpctl metrics exited %d: %s", code, proc_output(&c));
+    expect_prometheus(proc_output(&c));
+    ck_assert_msg(strstr(proc_output(&c), "ddpd_job_members{job=\"svc\",state=\"forming\",mode=\"\"} 1"), "%s",
+                  proc_output(&c));
+    proc_close(&c);
+
+    /* ddpctl abort: the forming job's member hears who ended it */
+    const char *abort_argv[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "abort", "svc", NULL};
+    proc_start(&c, abort_argv, NULL);
+    ck_assert_int_eq(proc_wait(&c, WAIT_MS), 0);
+    ck_assert(strstr(proc_output(&c), "job 'svc' aborted"));
+    proc_close(&c);
+    ck_assert_msg(proc_expect(&m, "aborted by an operator: ddpctl abort (pid", WAIT_MS, NULL, 0), "%s",
+                  proc_output(&m));
+    ck_assert_int_eq(proc_wait(&m, WAIT_MS), 2);
+    proc_close(&m);
+    const char *missing[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "abort", "nope", NULL};
+    proc_start(&c, missing, NULL);
+    ck_assert_int_eq(proc_wait(&c, WAIT_MS), 1);
+    ck_assert(strstr(proc_output(&c), "no job 'nope'"));
+    proc_close(&c);
+
+    /* STOPPING last */
+    proc_signal(&d.p, SIGTERM);
+    ck_assert_msg(next_notification(fd, "STOPPING=1", seen, sizeof(seen)), "no STOPPING: %s", seen);
+    ck_assert_int_eq(proc_wait(&d.p, WAIT_MS), 0);
+    proc_close(&d.p);
+    close(fd);
+    unlink(path);
+    unlink(metrics);
+}
+END_TEST
+
+int main(void) {
+#ifndef DDP_HAVE_SYSTEMD
+    puts("built without libsystemd: skipped");
+    return 77;
+#endif
+    Suite *s = suite_create("service");
+    TCase *tc = tcase_create("service");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_notify_and_metrics);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -23,6 +23,7 @@ typedef struct {
     char *coordinator;
     char *job;
     int grace_ms;
+    int max_restarts;
     bool verbose;
     bool help;
     bool version;
@@ -35,6 +36,9 @@ static const config_option ddp_run_options_table[] = {
      "use the ddpd at EP instead of starting a private one on a free loopback port", "EP"},
     {"job", CONFIG_STRING, 1, DDP_MAX_JOB_NAME, NULL, offsetof(ddp_run_options, job),
      "job name, given to the ranks as DDP_JOB", "NAME"},
+    {"max-restarts", CONFIG_INT, 0, 1000, "0", offsetof(ddp_run_options, max_restarts),
+     "start the whole job again this many times after a failure (as torchrun's); ranks that keep a checkpoint "
+     "resume from it", "N"},
     {"grace-ms", CONFIG_INT, 0, DDP_MAX_TIMEOUT_MS, "5000", offsetof(ddp_run_options, grace_ms),
      "how long stopping ranks get before SIGKILL", "MS"},
     {"verbose", CONFIG_BOOL, 0, 1, NULL, offsetof(ddp_run_options, verbose),
@@ -127,7 +131,16 @@ int main(int argc, char **argv) {
         .argv = argv + first_operand,
     };
     int exit_code = 1;
-    launcher_run(&launch, &exit_code); /* it logs its own failures */
+    for (int attempt = 0;; attempt++) {
+        exit_code = 1;
+        launcher_run(&launch, &exit_code); /* it logs its own failures */
+        /* Done, told to stop (SIGINT, SIGTERM, SIGHUP), or out of restarts. */
+        bool stopped = exit_code == 130 || exit_code == 143 || exit_code == 129;
+        if (exit_code == 0 || stopped || attempt >= opts.max_restarts)
+            break;
+        log_warn("the job failed (exit code %d); starting it again (%d of %d restarts)", exit_code, attempt + 1,
+                 opts.max_restarts);
+    }
     config_free(&ddp_run_spec, &opts);
     return exit_code;
 }

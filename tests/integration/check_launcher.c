@@ -265,11 +265,33 @@ START_TEST(test_usage_errors) {
 }
 END_TEST
 
+/* --max-restarts: a job that fails once is started again and then succeeds; without
+ * restarts the failure stands. The marker file carries "failed once" across attempts. */
+START_TEST(test_max_restarts) {
+    char marker[64], script[256];
+    snprintf(marker, sizeof(marker), "/tmp/check_launcher_restart_%d", (int)getpid());
+    unlink(marker);
+    snprintf(script, sizeof(script), "if [ \"$RANK\" = 1 ] && [ ! -e %s ]; then touch %s; exit 3; fi; exit 0", marker,
+             marker);
+    const char *once[] = {"-n", "2", "--max-restarts", "2", "--", "sh", "-c", script, NULL};
+    proc p;
+    run_expecting(&p, once, NULL, 0);
+    assert_output_has(&p, "starting it again (1 of 2 restarts)");
+    proc_close(&p);
+    unlink(marker);
+    const char *none[] = {"-n", "2", "--", "sh", "-c", script, NULL};
+    run_expecting(&p, none, NULL, 3);
+    proc_close(&p);
+    unlink(marker);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("launcher");
     TCase *tc = tcase_create("launcher");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_four_ranks);
+    tcase_add_test(tc, test_max_restarts);
     tcase_add_test(tc, test_many_ranks);
     tcase_add_test(tc, test_first_failure_stops_the_rest);
     tcase_add_loop_test(tc, test_signal_forwarded, 0, 2);

@@ -1,5 +1,6 @@
 /* ddp-worker: one rank of a data-parallel training job.
  *   ddp-run -n 2 -- ddp-worker --mode ddp --model mlp --epochs 3 */
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -67,6 +68,10 @@ static const config_spec worker_spec = {
     .n_options = sizeof(worker_table) / sizeof(worker_table[0]),
 };
 
+static void on_stop(int sig) {
+    trainer_stop_signal = sig;
+}
+
 int main(int argc, char **argv) {
     worker_options o = {0};
     char err[512];
@@ -91,6 +96,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* SIGTERM and SIGINT end the job between steps, with a checkpoint (trainer.h). */
+    struct sigaction sa = {.sa_handler = on_stop};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     trainer t;
     r = trainer_open(&t, &o);
     if (r == 0)

@@ -18,6 +18,22 @@
 #define TOY_SAMPLES 8192 /* the toy model trains on random data, as the DDP tutorial's ToyModel */
 #define TOY_TEST_SAMPLES 1024
 
+volatile sig_atomic_t trainer_stop_signal;
+
+/* Whether every rank should stop now: a signal reached at least one of them. Every rank
+ * asks at the same steps, so the question is one collective. */
+static int trainer_should_stop(trainer *t, bool *ret_stop) {
+    *ret_stop = false;
+    if (t->step % TRAINER_STOP_CHECK_STEPS != 0)
+        return 0;
+    int32_t flag = trainer_stop_signal != 0;
+    int r = ddp_all_reduce(t->g, &flag, 1, DDP_I32, DDP_MAX);
+    if (r < 0)
+        return trainer_fail(t, r, "agreeing whether to stop: %s", ddp_last_error(t->g));
+    *ret_stop = flag != 0;
+    return 0;
+}
+
 int trainer_fail(trainer *t, int err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -486,6 +502,22 @@ int trainer_run(trainer *t) {
             progress(t, t->step_in_epoch, steps_per_epoch, loss);
             double dt = trainer_now() - s0;
             trainer_write_metrics(t, "step", loss, NAN, dt > 0 ? t->global_batch / dt : 0, dt);
+            bool stop;
+            if ((r = trainer_should_stop(t, &stop)) < 0)
+                return r;
+            if (stop) { /* asked to stop: keep the place, so --resume continues from it */
+                t->step_in_epoch++;
+                if (t->step_in_epoch >= steps_per_epoch) {
+                    t->epoch++;
+                    t->step_in_epoch = 0;
+                }
+                if ((r = trainer_save(t)) < 0)
+                    return r;
+                if (t->rank == 0)
+                    printf("ddp-worker: stopped by a signal at step %llu%s\n", (unsigned long long)t->step,
+                           t->opts->checkpoint ? "; checkpoint written" : "");
+                return 0;
+            }
         }
         double train_s = trainer_now() - t0;
         if (!t->metrics && t->mode != MODE_DP && (r = ddp_all_reduce(t->g, &loss_sum, 1, DDP_F64, DDP_AVG)) < 0)

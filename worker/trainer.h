@@ -6,6 +6,7 @@
  *        output gradients, sums parameter gradients and alone steps (sync_dp.c)
  *   ps   ddpd reduces pushed gradients (sync_ps.c) */
 #pragma once
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -89,6 +90,11 @@ typedef struct trainer {
     FILE *metrics;
     char error[768];           /* what went wrong, for the caller to print */
 } trainer;
+
+/* Set by ddp-worker's SIGTERM/SIGINT handler: the ranks agree to stop (every
+ * TRAINER_STOP_CHECK_STEPS steps), rank 0 writes a checkpoint, and trainer_run returns. */
+extern volatile sig_atomic_t trainer_stop_signal;
+#define TRAINER_STOP_CHECK_STEPS 8
 
 int trainer_open(trainer *t, const worker_options *opts);
 /* Runs to the end (epochs or steps); 0 or a negative error with t->error set. */

@@ -4,6 +4,7 @@
 #include <check.h>
 #include <cJSON.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,6 +263,33 @@ START_TEST(test_bad_inputs) {
 }
 END_TEST
 
+/* SIGTERM to ddp-run while training: every rank stops between steps, rank 0 writes the
+ * checkpoint, and every process ends cleanly. */
+START_TEST(test_sigterm_keeps_the_checkpoint) {
+    char ckpt[128];
+    snprintf(ckpt, sizeof(ckpt), "%s/stopped.ckpt", dir);
+    char n_text[] = "2";
+    const char *argv[] = {DDP_RUN_PATH, "-n", n_text, "--", DDP_WORKER_PATH, "--data", dir, "--model", MODEL,
+                          "--batch-size", "32", "--epochs", "100000", "--checkpoint", ckpt, NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    proc_signal(&p, SIGTERM);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 143);
+    char line[256];
+    ck_assert_msg(proc_expect(&p, "stopped by a signal at step", 0, line, sizeof(line)), "%s", proc_output(&p));
+    unsigned long long step = strtoull(strstr(line, "at step ") + 8, NULL, 10);
+    ck_assert_msg(!strstr(proc_output(&p), "error"), "%s", proc_output(&p));
+    checkpoint_info expect = {.model = MODEL, .n_params = 64 * 16 + 16 + 16 * 10 + 10}, info;
+    float *params = malloc(expect.n_params * sizeof(float));
+    char err[512];
+    ck_assert_msg(checkpoint_read(ckpt, &expect, &info, params, NULL, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(info.step, step);
+    free(params);
+    proc_close(&p);
+}
+END_TEST
+
 /* --metrics with %r: every rank writes JSON lines per step and per epoch. */
 START_TEST(test_metrics) {
     char pattern[128];
@@ -337,6 +365,7 @@ int main(void) {
     tcase_add_test(tc, test_resume_is_exact);
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_metrics);
+    tcase_add_test(tc, test_sigterm_keeps_the_checkpoint);
     tcase_add_test(tc, test_fashion_mnist);
     tcase_add_test(tc, test_toy);
     suite_add_tcase(s, tc);

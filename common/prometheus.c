@@ -45,4 +45,20 @@ void prometheus_write(FILE *out, const Ddp__StatusReply *st) {
             label(out, m->host);
             fprintf(out, "\"} %.3f\n", (double)m->last_heard_ms / 1000.0);
         }
+    static const char *const progress[][2] = {
+        {"ddpd_member_step", "Training steps a member reported."},
+        {"ddpd_member_samples_per_second", "A member's throughput as it reported it."},
+        {"ddpd_member_waiting_seconds", "How long a member has been blocked in a collective (0: not)."},
+    };
+    for (int p = 0; p < 3; p++) {
+        fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", progress[p][0], progress[p][1], progress[p][0]);
+        for (size_t i = 0; i < st->n_jobs; i++)
+            for (size_t k = 0; k < st->jobs[i]->n_members; k++) {
+                const Ddp__MemberStatus *m = st->jobs[i]->members[k];
+                fprintf(out, "%s{job=\"", progress[p][0]);
+                label(out, st->jobs[i]->name);
+                double v = p == 0 ? (double)m->step : p == 1 ? m->samples_per_s : (double)m->waiting_ms / 1000.0;
+                fprintf(out, "\",rank=\"%d\"} %.6g\n", m->rank, v);
+            }
+    }
 }

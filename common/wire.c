@@ -282,6 +282,11 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
               "heartbeat: interval %u ms out of range", env->heartbeat->interval_ms);
         CHECK(env->heartbeat->liveness >= 1 && env->heartbeat->liveness <= DDP_MAX_LIVENESS,
               "heartbeat: liveness %u out of range", env->heartbeat->liveness);
+        CHECK(env->heartbeat->waiting_on >= -1 && env->heartbeat->waiting_on < DDP_MAX_WORLD_SIZE,
+              "heartbeat: waiting on rank %d out of range", env->heartbeat->waiting_on);
+        CHECK(env->heartbeat->samples_per_s >= 0 && env->heartbeat->samples_per_s < 1e15,
+              "heartbeat: samples/s out of range");
+        CHECK(wire_text_valid(env->heartbeat->waiting_in, 64, true), "heartbeat: invalid waiting_in");
         return 0;
     case DDP__ENVELOPE__BODY_BARRIER:
         return 0;
@@ -332,6 +337,9 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
                 const Ddp__MemberStatus *m = j->members[k];
                 CHECK(m->rank >= -1 && m->rank < (int32_t)j->world_size, "status: member rank %d out of range",
                       m->rank);
+                CHECK(m->waiting_on >= -1 && m->waiting_on < (int32_t)j->world_size && m->samples_per_s >= 0 &&
+                          m->samples_per_s < 1e15 && wire_text_valid(m->waiting_in, 64, true),
+                      "status: invalid progress of a member");
                 CHECK(wire_text_valid(m->host, DDP_MAX_HOST, true) && wire_text_valid(m->endpoint, DDP_MAX_ENDPOINT, true),
                       "status: invalid member");
             }

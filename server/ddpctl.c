@@ -56,6 +56,8 @@ static void format_duration(uint64_t ms, char *buf, size_t size) {
                  (unsigned long long)(ms / 60000 % 60));
 }
 
+#define STALL_REPORT_MS 2000 /* a wait this long is worth a line */
+
 static void print_table(const char *endpoint, const Ddp__StatusReply *st) {
     char up[32], age[32], heard[32];
     format_duration(st->uptime_ms, up, sizeof(up));
@@ -65,13 +67,27 @@ static void print_table(const char *endpoint, const Ddp__StatusReply *st) {
         format_duration(j->age_ms, age, sizeof(age));
         printf("\njob '%s': %s, %zu/%u members, mode %s, generation %llu, age %s\n", j->name, j->state, j->n_members,
                j->world_size, j->mode[0] ? j->mode : "-", (unsigned long long)j->generation, age);
-        printf("  %-6s %-8s %-24s %-12s %s\n", "RANK", "PID", "HOST", "LAST HEARD", "ENDPOINT");
+        printf("  %-6s %-8s %-20s %-10s %-9s %-11s %s\n", "RANK", "PID", "HOST", "STEP", "SAMPLES/S", "LAST HEARD",
+               "ENDPOINT");
         for (size_t k = 0; k < j->n_members; k++) {
             const Ddp__MemberStatus *m = j->members[k];
             char rank[16];
             snprintf(rank, sizeof(rank), m->rank < 0 ? "-" : "%d", m->rank);
             format_duration(m->last_heard_ms, heard, sizeof(heard));
-            printf("  %-6s %-8u %-24s %-12s %s\n", rank, m->pid, m->host, heard, m->endpoint[0] ? m->endpoint : "-");
+            printf("  %-6s %-8u %-20s %-10llu %-9.0f %-11s %s\n", rank, m->pid, m->host, (unsigned long long)m->step,
+                   m->samples_per_s, heard, m->endpoint[0] ? m->endpoint : "-");
+        }
+        /* The stall report: who has been blocked for a while, in what, waiting for whom. */
+        bool header = false;
+        for (size_t k = 0; k < j->n_members; k++) {
+            const Ddp__MemberStatus *m = j->members[k];
+            if (!m->waiting || m->waiting_ms < STALL_REPORT_MS)
+                continue;
+            if (!header)
+                printf("  stalled:\n");
+            header = true;
+            format_duration(m->waiting_ms, heard, sizeof(heard));
+            printf("    rank %d has waited %s in %s for rank %d\n", m->rank, heard, m->waiting_in, m->waiting_on);
         }
     }
 }
@@ -99,6 +115,14 @@ static int print_json(const char *endpoint, const Ddp__StatusReply *st) {
             cJSON_AddStringToObject(member, "host", m->host);
             cJSON_AddNumberToObject(member, "last_heard_ms", (double)m->last_heard_ms);
             cJSON_AddStringToObject(member, "endpoint", m->endpoint);
+            cJSON_AddNumberToObject(member, "step", (double)m->step);
+            cJSON_AddNumberToObject(member, "samples_per_s", m->samples_per_s);
+            if (m->waiting) {
+                cJSON *w = cJSON_AddObjectToObject(member, "waiting");
+                cJSON_AddNumberToObject(w, "on_rank", m->waiting_on);
+                cJSON_AddNumberToObject(w, "ms", (double)m->waiting_ms);
+                cJSON_AddStringToObject(w, "in", m->waiting_in);
+            }
             cJSON_AddItemToArray(members, member);
         }
         cJSON_AddItemToArray(jobs, job);

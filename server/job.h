@@ -29,6 +29,13 @@ typedef struct {
     bool left;
     bool at_barrier;
     uint64_t barrier_seq;   /* echoed when the barrier completes */
+    /* progress, as of its last heartbeat */
+    uint64_t step;
+    double samples_per_s;
+    bool waiting;
+    int32_t waiting_on;
+    uint64_t waiting_since_ms; /* ddpd's clock */
+    char waiting_in[64];
 } job_member;
 
 /* A member blocked in a store wait. */

@@ -476,6 +476,12 @@ static int server_status_build(server *s, server_status *st) {
             ms->host = (char *)j->members[m].host;
             ms->endpoint = (char *)j->members[m].endpoint;
             ms->last_heard_ms = now - j->members[m].last_heard_ms;
+            ms->step = j->members[m].step;
+            ms->samples_per_s = j->members[m].samples_per_s;
+            ms->waiting = j->members[m].waiting;
+            ms->waiting_on = j->members[m].waiting ? j->members[m].waiting_on : -1;
+            ms->waiting_ms = j->members[m].waiting ? now - j->members[m].waiting_since_ms : 0;
+            ms->waiting_in = (char *)j->members[m].waiting_in;
             st->member_ptrs[k] = ms;
         }
         st->job_ptrs[i] = js;
@@ -603,6 +609,15 @@ static void server_handle(server *s, wire_msg *msg, int r) {
         server_on_join(s, msg);
         break;
     case DDP__MSG_TYPE__HEARTBEAT:
+        if (member) { /* progress, for status and the stall report */
+            const Ddp__Heartbeat *hb = msg->env->heartbeat;
+            m->step = hb->step;
+            m->samples_per_s = hb->samples_per_s;
+            m->waiting = hb->waiting;
+            m->waiting_on = hb->waiting_on;
+            m->waiting_since_ms = clock_now_ms() - hb->waiting_ms;
+            snprintf(m->waiting_in, sizeof(m->waiting_in), "%s", hb->waiting_in);
+        }
         break;
     case DDP__MSG_TYPE__LEAVE:
         server_on_leave(s, msg);

@@ -47,10 +47,39 @@ static void agent_post_failure(agent *a, int failure, const char *fmt, unsigned 
     agent_post(a, ev);
 }
 
+void agent_set_progress(agent *a, uint64_t step, double samples_per_s) {
+    pthread_mutex_lock(&a->progress_lock);
+    a->step = step;
+    a->samples_per_s = samples_per_s >= 0 && samples_per_s < 1e15 ? samples_per_s : 0;
+    pthread_mutex_unlock(&a->progress_lock);
+}
+
+void agent_set_waiting(agent *a, int on, const char *what) {
+    pthread_mutex_lock(&a->progress_lock);
+    a->waiting = on >= 0;
+    a->waiting_on = on;
+    if (on >= 0) {
+        a->waiting_since_ms = clock_now_ms();
+        snprintf(a->waiting_in, sizeof(a->waiting_in), "%s", what);
+    }
+    pthread_mutex_unlock(&a->progress_lock);
+}
+
 static void agent_send_heartbeat(agent *a, uint32_t interval_ms, uint32_t liveness) {
     Ddp__Heartbeat body = DDP__HEARTBEAT__INIT;
     body.interval_ms = interval_ms;
     body.liveness = liveness;
+    char waiting_in[64] = "";
+    pthread_mutex_lock(&a->progress_lock);
+    body.step = a->step;
+    body.samples_per_s = a->samples_per_s;
+    body.waiting = a->waiting;
+    body.waiting_on = a->waiting ? a->waiting_on : -1;
+    body.waiting_ms = a->waiting ? clock_now_ms() - a->waiting_since_ms : 0;
+    if (a->waiting)
+        snprintf(waiting_in, sizeof(waiting_in), "%s", a->waiting_in);
+    pthread_mutex_unlock(&a->progress_lock);
+    body.waiting_in = waiting_in;
     Ddp__Envelope env;
     wire_envelope_init(&env, DDP__MSG_TYPE__HEARTBEAT, a->job, -1, 0, 0);
     env.heartbeat = &body;
@@ -169,6 +198,8 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     a->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (a->abort_fd < 0)
         return -errno;
+    pthread_mutex_init(&a->progress_lock, NULL);
+    a->waiting_on = -1;
     snprintf(a->coordinator, sizeof(a->coordinator), "%s", coordinator);
     snprintf(a->job, sizeof(a->job), "%s", job);
 
@@ -209,6 +240,7 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     a->pipe = a->agent_pipe = a->control = NULL;
     close(a->abort_fd);
     a->abort_fd = -1;
+    pthread_mutex_destroy(&a->progress_lock);
     return r;
 }
 
@@ -277,5 +309,6 @@ void agent_stop(agent *a, const Ddp__Envelope *leave) {
     a->pipe = NULL;
     close(a->abort_fd);
     a->abort_fd = -1;
+    pthread_mutex_destroy(&a->progress_lock);
     a->running = false;
 }

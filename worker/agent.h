@@ -34,7 +34,19 @@ typedef struct {
     int abort_fd;
     _Atomic int abort_code;
     char abort_text[DDP_MAX_REASON + 64];
+    /* Progress the heartbeats carry to ddpd (ddpctl status, its stall report). */
+    pthread_mutex_t progress_lock;
+    uint64_t step;
+    double samples_per_s;
+    bool waiting;
+    int waiting_on;
+    uint64_t waiting_since_ms;
+    char waiting_in[64];
 } agent;
+
+void agent_set_progress(agent *a, uint64_t step, double samples_per_s);
+/* on < 0 clears: no longer waiting. */
+void agent_set_waiting(agent *a, int on, const char *what);
 
 /* Connects to the coordinator and starts the thread. */
 int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms);

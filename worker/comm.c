@@ -404,8 +404,11 @@ static int comm_poll(ddp_group *g, uint64_t deadline_ms) {
 
 int comm_recv(ddp_group *g, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame) {
     comm *c = &g->comm;
+    bool waiting = false; /* told to ddpd's stall report once this call blocks */
     for (;;) {
         comm_frame *f = comm_take(c, src, call->seq, tag);
+        if (f && waiting)
+            agent_set_waiting(&g->agent, -1, NULL);
         if (f) {
             const comm_header *h = &f->h;
             bool same = h->kind == call->kind && h->dtype == call->t && h->count == call->count &&
@@ -418,7 +421,18 @@ int comm_recv(ddp_group *g, int src, const comm_call *call, int32_t tag, comm_fr
             *ret_frame = f;
             return 0;
         }
+        if (!waiting) {
+            char what[64];
+            if (call->kind == COLL_SEND)
+                snprintf(what, sizeof(what), "recv (tag %d)", tag);
+            else
+                snprintf(what, sizeof(what), "%s #%llu", coll_kind_name(call->kind), (unsigned long long)call->seq);
+            agent_set_waiting(&g->agent, src, what);
+            waiting = true;
+        }
         int r = comm_poll(g, call->deadline_ms);
+        if (r < 0)
+            agent_set_waiting(&g->agent, -1, NULL);
         if (r != -ETIMEDOUT)
             TRY(r);
         else {

@@ -408,6 +408,13 @@ DDP_EXPORT void ddp_finalize(ddp_group *g) {
     group_free(g);
 }
 
+DDP_EXPORT int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s) {
+    if (!g)
+        return -EINVAL;
+    agent_set_progress(&g->agent, step, samples_per_s);
+    return 0;
+}
+
 DDP_EXPORT int ddp_rank(const ddp_group *g) {
     return g->rank;
 }

@@ -501,6 +501,7 @@ int trainer_run(trainer *t) {
             n_steps++;
             progress(t, t->step_in_epoch, steps_per_epoch, loss);
             double dt = trainer_now() - s0;
+            ddp_report_progress(t->g, t->step, dt > 0 ? t->global_batch / dt : 0);
             trainer_write_metrics(t, "step", loss, NAN, dt > 0 ? t->global_batch / dt : 0, dt);
             bool stop;
             if ((r = trainer_should_stop(t, &stop)) < 0)

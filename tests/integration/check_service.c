@@ -153,6 +153,43 @@ START_TEST(test_notify_and_metrics) {
 }
 END_TEST
 
+/* ddpctl status names a rank that waits in a collective for another, and for how long. */
+START_TEST(test_stall_report) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc ranks[2];
+    for (int r = 0; r < 2; r++) {
+        char env_buf[4][300];
+        snprintf(env_buf[0], sizeof(env_buf[0]), "DDP_COORDINATOR=%s", d.endpoint);
+        snprintf(env_buf[1], sizeof(env_buf[1]), "WORLD_SIZE=2");
+        snprintf(env_buf[2], sizeof(env_buf[2]), "RANK=%d", r);
+        snprintf(env_buf[3], sizeof(env_buf[3]), "DDP_JOB=stall");
+        const char *env[] = {env_buf[0], env_buf[1], env_buf[2], env_buf[3], NULL};
+        const char *argv[] = {COLL_FAULT_PATH, "late", NULL};
+        proc_start(&ranks[r], argv, env);
+    }
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&ranks[r], "waiting", WAIT_MS, NULL, 0), "%s", proc_output(&ranks[r]));
+    /* Ask until the wait is long enough to be reported (each ask is a full request). */
+    const char *ctl[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", NULL};
+    bool found = false;
+    for (int i = 0; i < 2000 && !found; i++) {
+        proc c;
+        proc_start(&c, ctl, NULL);
+        ck_assert_int_eq(proc_wait(&c, WAIT_MS), 0);
+        found = strstr(proc_output(&c), "rank 0 has waited") != NULL;
+        if (found)
+            ck_assert_msg(strstr(proc_output(&c), "in all_reduce #") && strstr(proc_output(&c), "for rank 1"), "%s",
+                          proc_output(&c));
+        proc_close(&c);
+    }
+    ck_assert_msg(found, "no stall report");
+    for (int r = 0; r < 2; r++)
+        proc_close(&ranks[r]);
+    ddpd_stop(&d);
+}
+END_TEST
+
 int main(void) {
 #ifndef DDP_HAVE_SYSTEMD
     puts("built without libsystemd: skipped");
@@ -162,6 +199,7 @@ int main(void) {
     TCase *tc = tcase_create("service");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_notify_and_metrics);
+    tcase_add_test(tc, test_stall_report);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -2,11 +2,13 @@
  *   coll_fault stress          all-reduce 4 MiB again and again until one fails
  *   coll_fault mismatch-count  rank r all-reduces 1000 + r elements
  *   coll_fault mismatch-kind   rank 0 all-reduces while the others broadcast
+ *   coll_fault late            rank 1 never calls the all-reduce rank 0 waits in
  * Prints "first ok" after the first success, and on failure
  * "failed: CODE (TEXT): LAST_ERROR", exiting 3. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ddp/ddp.h"
 
@@ -28,6 +30,12 @@ int main(int argc, char **argv) {
             if (r == 0 && i == 0)
                 printf("first ok\n");
         }
+    } else if (!strcmp(mode, "late")) { /* rank 1 never comes: rank 0 waits, heartbeating */
+        printf("waiting\n");
+        if (rank == 1)
+            for (;;)
+                pause();
+        r = ddp_all_reduce(g, buf, count, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "mismatch-count")) {
         r = ddp_all_reduce(g, buf, 1000 + (size_t)rank, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "mismatch-kind")) {

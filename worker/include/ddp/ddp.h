@@ -90,6 +90,10 @@ int ddp_wait(ddp_request *req);
 int ddp_ps_push(ddp_group *g, int bucket, const float *grads);
 int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average);
 
+/* Tells ddpd how far this rank is (its heartbeats carry it to ddpctl status): a training
+ * program calls it after each step. */
+int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s);
+
 /* What the group has moved so far, for metrics: payload bytes this rank sent and
  * received on the data plane (a chunk read from a peer's memory counts on both sides). */
 typedef struct ddp_stats {

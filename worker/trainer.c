@@ -238,6 +238,9 @@ static int trainer_resume(trainer *t) {
     t->step = state[1];
     t->epoch = state[2];
     t->step_in_epoch = state[3];
+    if (t->rank == 0)
+        printf("ddp-worker: resumed from %s at step %llu (epoch %llu)\n", t->opts->checkpoint,
+               (unsigned long long)t->step, (unsigned long long)t->epoch + 1);
     return 0;
 }
 

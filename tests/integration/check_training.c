@@ -290,6 +290,35 @@ START_TEST(test_sigterm_keeps_the_checkpoint) {
 }
 END_TEST
 
+/* A rank killed mid-training: ddp-run --max-restarts starts the job again, it re-forms,
+ * every rank resumes from the last checkpoint, and the run ends where it would have. */
+START_TEST(test_restart_resumes) {
+    char ckpt[128];
+    snprintf(ckpt, sizeof(ckpt), "%s/restart.ckpt", dir);
+    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--verbose", "--max-restarts", "1", "--", DDP_WORKER_PATH, "--data",
+                          dir, "--model", MODEL, "--batch-size", "32", "--epochs", "150", "--checkpoint", ckpt,
+                          "--resume", NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    char line[256];
+    ck_assert_msg(proc_expect(&p, "rank 1 is pid ", WAIT_MS, line, sizeof(line)), "%s", proc_output(&p));
+    int pid = atoi(strstr(line, "rank 1 is pid ") + 14);
+    ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    ck_assert_msg(proc_expect(&p, "starting it again (1 of 1 restarts)", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&p, "resumed from", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    int code = proc_wait(&p, WAIT_MS);
+    ck_assert_msg(code == 0, "exit %d: %s", code, proc_output(&p));
+    checkpoint_info expect = {.model = MODEL, .n_params = 64 * 16 + 16 + 16 * 10 + 10}, info;
+    float *params = malloc(expect.n_params * sizeof(float));
+    char err[512];
+    ck_assert_msg(checkpoint_read(ckpt, &expect, &info, params, NULL, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(info.step, 150 * 16);
+    free(params);
+    proc_close(&p);
+}
+END_TEST
+
 /* --metrics with %r: every rank writes JSON lines per step and per epoch. */
 START_TEST(test_metrics) {
     char pattern[128];
@@ -366,6 +395,7 @@ int main(void) {
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_metrics);
     tcase_add_test(tc, test_sigterm_keeps_the_checkpoint);
+    tcase_add_test(tc, test_restart_resumes);
     tcase_add_test(tc, test_fashion_mnist);
     tcase_add_test(tc, test_toy);
     suite_add_tcase(s, tc);

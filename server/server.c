@@ -416,7 +416,11 @@ static void server_on_grad_push(server *s, wire_msg *msg) {
     zmq_msg_t average;
     int r = ps_push(&j->ps, (uint32_t)m->rank, push->step, push->bucket, &msg->payload[0], &average, err, sizeof(err));
     if (r < 0) {
-        server_send_error(s, msg, r, "grad-push from rank %d: %s", m->rank, err);
+        char reason[DDP_MAX_REASON];
+        snprintf(reason, sizeof(reason), "grad-push from rank %d refused: %.400s", m->rank, err);
+        server_send_error(s, msg, r, "%s", reason);
+        /* the ranks that pushed this bucket would wait for an average that never comes */
+        server_abort_job(s, j, -1, -ECONNABORTED, reason);
         return;
     }
     if (r == 0)
@@ -523,6 +527,14 @@ static void server_on_abort_request(server *s, const wire_msg *msg) {
         return;
     }
     char reason[DDP_MAX_REASON], name[DDP_MAX_JOB_NAME + 1];
+    ssize_t idx = job_find_member(j, msg->identity, msg->identity_size);
+    if (idx >= 0 && j->state == JOB_RUNNING) { /* a member that cannot go on: the others hear from whom */
+        const job_member *m = &j->members[idx];
+        snprintf(reason, sizeof(reason), "rank %d (pid %u on %.64s) gave up: %.300s", m->rank, m->pid, m->host,
+                 msg->env->abort->reason);
+        server_abort_job(s, j, idx, -ECONNABORTED, reason);
+        return;
+    }
     snprintf(reason, sizeof(reason), "aborted by an operator: %s", msg->env->abort->reason);
     snprintf(name, sizeof(name), "%s", j->name); /* the answer goes out after the job is gone */
     Ddp__Abort body = DDP__ABORT__INIT;

@@ -106,9 +106,10 @@ int main(int argc, char **argv) {
     if (r == 0)
         r = trainer_run(&t);
     if (r < 0) {
-        if (t.g)
+        if (t.g) {
             fprintf(stderr, "ddp-worker: rank %d: %s\n", t.rank, t.error);
-        else
+            ddp_abort(t.g, t.error); /* the others fail now, naming us, not at their timeout */
+        } else
             fprintf(stderr, "ddp-worker: %s\n", t.error);
     }
     trainer_close(&t);

@@ -396,6 +396,28 @@ fail:
     return r;
 }
 
+DDP_EXPORT int ddp_abort(ddp_group *g, const char *reason) {
+    if (!g)
+        return -EINVAL;
+    char text[DDP_MAX_REASON];
+    snprintf(text, sizeof(text), "%s", reason && *reason ? reason : "no reason given");
+    for (char *c = text; *c; c++) /* the wire takes printable ASCII */
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+            *c = ' ';
+    char host[DDP_MAX_HOST + 1] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    Ddp__Abort body = DDP__ABORT__INIT;
+    body.rank = g->rank;
+    body.pid = (uint32_t)getpid();
+    body.host = host;
+    body.code = -ECONNABORTED;
+    body.reason = text;
+    Ddp__Envelope env;
+    group_envelope(g, &env, DDP__MSG_TYPE__ABORT);
+    env.abort = &body;
+    return agent_send(&g->agent, &env); /* the Leave of ddp_finalize follows it on the same connection */
+}
+
 DDP_EXPORT void ddp_finalize(ddp_group *g) {
     if (!g)
         return;

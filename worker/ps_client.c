@@ -26,6 +26,9 @@ static int ps_check(ddp_group *g, int bucket, const void *buf, const char *what)
 
 DDP_EXPORT int ddp_ps_push(ddp_group *g, int bucket, const float *grads) {
     TRY(ps_check(g, bucket, grads, "ps_push"));
+    if (g->ps_push_step[bucket] != g->ps_pull_step[bucket])
+        return group_fail(g, -EINVAL, "ps_push: bucket %d was pushed for step %llu and not pulled yet", bucket,
+                          (unsigned long long)g->ps_pull_step[bucket]);
     Ddp__GradPush body = DDP__GRAD_PUSH__INIT;
     body.step = g->ps_push_step[bucket];
     body.bucket = (uint32_t)bucket;

@@ -52,6 +52,7 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
         model_layer_range(&m->spec, t->bucket_first[t->n_buckets - 1], t->bucket_last[t->n_buckets - 1], &off, &count);
         r = ddp_all_reduce(t->g, m->grads + off, count, DDP_F32, DDP_AVG);
     }
+    double t1b = trainer_now(); /* communication: the last bucket; waiting: what async ones left */
     for (int k = 0; k < t->n_buckets; k++)
         if (t->bucket_req[k]) {
             int w = ddp_wait(t->bucket_req[k]);
@@ -67,7 +68,8 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
     o->synchronize(&t->b);
     double t4 = trainer_now();
     t->times.compute_s += (t1 - t0) + (t4 - t3);
-    t->times.wait_s += t2 - t1; /* what backward did not hide */
+    t->times.comm_s += t1b - t1;  /* the last bucket's all-reduce, in the open */
+    t->times.wait_s += t2 - t1b;  /* async buckets backward did not hide */
     t->times.comm_s += t3 - t2;
     *ret_loss = loss;
     return 0;

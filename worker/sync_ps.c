@@ -53,7 +53,7 @@ int sync_ps_step(trainer *t, int B, double *ret_loss) {
     o->synchronize(&t->b);
     double t3 = trainer_now();
     t->times.compute_s += (t1 - t0) + (t3 - t2);
-    t->times.wait_s += t2 - t1;
+    t->times.comm_s += t2 - t1; /* pulling the averages: ddpd's reduction and the transfer */
     *ret_loss = loss;
     return 0;
 }

@@ -203,7 +203,7 @@ static int trainer_resume(trainer *t) {
     int r = 0;
     float *velocity = m->velocity ? m->velocity : NULL;
     if (t->rank == 0) {
-        checkpoint_info expect = {.n_params = s->n_params}, info;
+        checkpoint_info expect = {.n_params = s->n_params}, info = {0};
         snprintf(expect.model, sizeof(expect.model), "%s", s->name);
         char err[512];
         r = checkpoint_read(t->opts->checkpoint, &expect, &info, m->params, velocity, err, sizeof(err));
@@ -214,6 +214,11 @@ static int trainer_resume(trainer *t) {
             state[0] = 2;
         } else if (r < 0)
             snprintf(t->error, sizeof(t->error), "--resume: %s", err);
+        else if (info.world_size != (uint32_t)t->world && t->smp.kind == SAMPLER_PARTITION)
+            r = trainer_fail(t, -EINVAL,
+                             "--resume: %s was written by %u workers, not %d: with the partition sampler each rank's "
+                             "shard depends on it (--sampler global trains on the same batches for any number)",
+                             t->opts->checkpoint, info.world_size, t->world);
         else if (info.global_batch != (uint32_t)t->global_batch || info.seed != (uint64_t)t->opts->seed)
             r = trainer_fail(t, -EINVAL,
                              "--resume: %s was written with batch size %u and seed %llu, not %d and %d: it would not "
@@ -496,8 +501,9 @@ int trainer_run(trainer *t) {
                 return r;
             /* The loss reported is the global batch's mean, a scalar reduced across ranks:
              * per step when every step is written down, else once an epoch (the mean of
-             * equal local batches' means is the global mean). */
-            if (t->metrics && t->mode != MODE_DP && (r = ddp_all_reduce(t->g, &loss, 1, DDP_F64, DDP_AVG)) < 0)
+             * equal local batches' means is the global mean). Decided on the option, which
+             * every rank has, not on whether this rank writes a file. */
+            if (t->opts->metrics && t->mode != MODE_DP && (r = ddp_all_reduce(t->g, &loss, 1, DDP_F64, DDP_AVG)) < 0)
                 return trainer_fail(t, r, "all-reducing the loss: %s", ddp_last_error(t->g));
             t->step++;
             loss_sum += loss;
@@ -524,7 +530,7 @@ int trainer_run(trainer *t) {
             }
         }
         double train_s = trainer_now() - t0;
-        if (!t->metrics && t->mode != MODE_DP && (r = ddp_all_reduce(t->g, &loss_sum, 1, DDP_F64, DDP_AVG)) < 0)
+        if (!t->opts->metrics && t->mode != MODE_DP && (r = ddp_all_reduce(t->g, &loss_sum, 1, DDP_F64, DDP_AVG)) < 0)
             return trainer_fail(t, r, "all-reducing the loss: %s", ddp_last_error(t->g));
         bool epoch_done = t->step_in_epoch >= steps_per_epoch;
         double accuracy = NAN, test_metric;

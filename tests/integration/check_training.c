@@ -319,6 +319,36 @@ START_TEST(test_restart_resumes) {
 }
 END_TEST
 
+/* A rank that cannot go on (here rank 0 cannot write its checkpoint) ends the job for
+ * all: the others fail at once naming it, without a launcher to stop them. Also: --metrics
+ * without %r, where only rank 0 writes, keeps the ranks in step. */
+START_TEST(test_one_rank_gives_up) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc w[2];
+    for (int r = 0; r < 2; r++) {
+        char env_buf[3][300];
+        snprintf(env_buf[0], sizeof(env_buf[0]), "DDP_COORDINATOR=%s", d.endpoint);
+        snprintf(env_buf[1], sizeof(env_buf[1]), "WORLD_SIZE=2");
+        snprintf(env_buf[2], sizeof(env_buf[2]), "RANK=%d", r);
+        const char *env[] = {env_buf[0], env_buf[1], env_buf[2], NULL};
+        char metrics[128];
+        snprintf(metrics, sizeof(metrics), "%s/rank0-only.jsonl", dir);
+        const char *argv[] = {DDP_WORKER_PATH, "--data", dir, "--model", MODEL, "--batch-size", "32", "--epochs", "3",
+                              "--metrics", metrics, "--checkpoint", "/nonexistent-dir/x.ckpt", NULL};
+        proc_start(&w[r], argv, env);
+    }
+    char line[512];
+    ck_assert_msg(proc_expect(&w[1], "gave up", WAIT_MS, line, sizeof(line)), "%s", proc_output(&w[1]));
+    ck_assert_msg(strstr(line, "rank 0 (pid ") && strstr(line, "/nonexistent-dir/x.ckpt"), "%s", line);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(proc_wait(&w[r], WAIT_MS), 1);
+        proc_close(&w[r]);
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* --metrics with %r: every rank writes JSON lines per step and per epoch. */
 START_TEST(test_metrics) {
     char pattern[128];
@@ -396,6 +426,7 @@ int main(void) {
     tcase_add_test(tc, test_metrics);
     tcase_add_test(tc, test_sigterm_keeps_the_checkpoint);
     tcase_add_test(tc, test_restart_resumes);
+    tcase_add_test(tc, test_one_rank_gives_up);
     tcase_add_test(tc, test_fashion_mnist);
     tcase_add_test(tc, test_toy);
     suite_add_tcase(s, tc);

@@ -51,6 +51,9 @@ void ddp_options_init(ddp_options *opts);
  * world size, protocol version or mode), -ETIMEDOUT (the job did not form in time),
  * -EINVAL (bad options or environment). ddp_last_error(NULL) says which, in words. */
 int ddp_init(const ddp_options *opts, ddp_group **ret_group);
+/* Ends the job for every rank (ddpd tells them why, naming this rank): what a rank calls
+ * when it cannot go on, so that the others fail at once instead of at their timeout. */
+int ddp_abort(ddp_group *g, const char *reason);
 /* Leaves the job and frees the group. NULL is a no-op. */
 void ddp_finalize(ddp_group *g);
 

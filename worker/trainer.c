@@ -393,6 +393,8 @@ static void trainer_write_metrics(trainer *t, const char *kind, double loss, dou
     cJSON_AddNumberToObject(j, "step", (double)t->step);
     cJSON_AddNumberToObject(j, "epoch", (double)t->epoch);
     cJSON_AddNumberToObject(j, "loss", loss);
+    if (!strcmp(kind, "epoch") && t->m.spec.loss == LOSS_MSE) /* the toy model: a loss, not an accuracy */
+        cJSON_AddNumberToObject(j, "test_loss", t->test_loss);
     if (!isnan(accuracy))
         cJSON_AddNumberToObject(j, "test_accuracy", accuracy);
     cJSON_AddNumberToObject(j, "samples_per_s", samples_per_s);
@@ -539,6 +541,8 @@ int trainer_run(trainer *t) {
         bool mse = t->m.spec.loss == LOSS_MSE;
         if (!mse)
             accuracy = test_metric;
+        else
+            t->test_loss = test_metric;
         double rate = train_s > 0 ? (double)(n_steps * (size_t)t->global_batch) / train_s : 0;
         total_s += train_s;
         total_samples += n_steps * (size_t)t->global_batch;

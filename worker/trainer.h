@@ -81,6 +81,7 @@ typedef struct trainer {
     uint64_t epoch;
     size_t step_in_epoch;
     trainer_times times;
+    double test_loss;          /* MSE models: the last evaluation */
     /* ddp and ps modes: gradient buckets, last layers first */
     int n_buckets;
     int bucket_first[MODEL_MAX_LAYERS], bucket_last[MODEL_MAX_LAYERS];

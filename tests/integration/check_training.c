@@ -405,13 +405,22 @@ START_TEST(test_fashion_mnist) {
 END_TEST
 
 START_TEST(test_toy) {
-    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--", DDP_WORKER_PATH, "--model", "toy", "--epochs", "2", NULL};
+    char metrics[128];
+    snprintf(metrics, sizeof(metrics), "%s/toy.jsonl", dir);
+    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--", DDP_WORKER_PATH, "--model", "toy", "--epochs", "2",
+                          "--metrics", metrics, NULL};
     proc p;
     proc_start(&p, argv, NULL);
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
     ck_assert_msg(proc_expect(&p, "epoch 2: loss", 0, NULL, 0) && strstr(proc_output(&p), "test loss"), "%s",
                   proc_output(&p));
     proc_close(&p);
+    char *text;
+    size_t n;
+    read_file(metrics, &text, &n);
+    text[n] = '\0';
+    ck_assert_msg(strstr(text, "\"test_loss\":"), "the toy model's test loss is not in the metrics");
+    free(text);
 }
 END_TEST
 

@@ -86,10 +86,13 @@ static void agent_send_heartbeat(agent *a, uint32_t interval_ms, uint32_t livene
     wire_send(a->control, NULL, 0, &env, NULL, 0); /* a full queue drops a beat: the next one will do */
 }
 
-/* Moves the rest of a multipart message from the pipe to the control socket. */
+/* Moves the rest of a multipart message from the pipe to the control socket, whole or
+ * not at all: if ddpd's queue is full, a payload must not go out as a message of its own
+ * (the caller's wait then ends at its timeout, with its own error). */
 static void agent_forward(agent *a) {
     int more = 1;
     size_t more_size = sizeof(more);
+    bool dropping = false;
     while (zmq_getsockopt(a->agent_pipe, ZMQ_RCVMORE, &more, &more_size) == 0 && more) {
         zmq_msg_t frame;
         zmq_msg_init(&frame);
@@ -98,8 +101,11 @@ static void agent_forward(agent *a) {
             return;
         }
         zmq_getsockopt(a->agent_pipe, ZMQ_RCVMORE, &more, &more_size);
-        if (zmq_msg_send(&frame, a->control, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+        /* ZeroMQ takes the later parts of a message whose first part it took */
+        if (dropping || zmq_msg_send(&frame, a->control, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&frame);
+            dropping = true;
+        }
     }
 }
 

@@ -119,15 +119,8 @@ START_TEST(test_peer_killed_mid_all_reduce) {
     ddpd_start(&d, NULL);
     proc ranks[4];
     const char *argv[] = {COLL_FAULT_PATH, "stress", NULL};
-    for (int r = 0; r < 4; r++) {
-        char env_buf[4][300];
-        snprintf(env_buf[0], sizeof(env_buf[0]), "DDP_COORDINATOR=%s", d.endpoint);
-        snprintf(env_buf[1], sizeof(env_buf[1]), "WORLD_SIZE=4");
-        snprintf(env_buf[2], sizeof(env_buf[2]), "RANK=%d", r);
-        snprintf(env_buf[3], sizeof(env_buf[3]), "DDP_JOB=stress");
-        const char *env[] = {env_buf[0], env_buf[1], env_buf[2], env_buf[3], NULL};
-        proc_start(&ranks[r], argv, env);
-    }
+    for (int r = 0; r < 4; r++)
+        rank_start(&ranks[r], &d, 4, r, "stress", argv);
     for (int r = 0; r < 4; r++)
         ck_assert_msg(proc_expect(&ranks[r], "first ok", 60000, NULL, 0), "%s", proc_output(&ranks[r]));
     uint64_t killed_at = clock_now_ms();

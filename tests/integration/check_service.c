@@ -158,16 +158,9 @@ START_TEST(test_stall_report) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
     proc ranks[2];
-    for (int r = 0; r < 2; r++) {
-        char env_buf[4][300];
-        snprintf(env_buf[0], sizeof(env_buf[0]), "DDP_COORDINATOR=%s", d.endpoint);
-        snprintf(env_buf[1], sizeof(env_buf[1]), "WORLD_SIZE=2");
-        snprintf(env_buf[2], sizeof(env_buf[2]), "RANK=%d", r);
-        snprintf(env_buf[3], sizeof(env_buf[3]), "DDP_JOB=stall");
-        const char *env[] = {env_buf[0], env_buf[1], env_buf[2], env_buf[3], NULL};
-        const char *argv[] = {COLL_FAULT_PATH, "late", NULL};
-        proc_start(&ranks[r], argv, env);
-    }
+    const char *argv[] = {COLL_FAULT_PATH, "late", NULL};
+    for (int r = 0; r < 2; r++)
+        rank_start(&ranks[r], &d, 2, r, "stall", argv);
     for (int r = 0; r < 2; r++)
         ck_assert_msg(proc_expect(&ranks[r], "waiting", WAIT_MS, NULL, 0), "%s", proc_output(&ranks[r]));
     /* Ask until the wait is long enough to be reported (each ask is a full request). */

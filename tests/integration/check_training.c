@@ -326,18 +326,12 @@ START_TEST(test_one_rank_gives_up) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
     proc w[2];
-    for (int r = 0; r < 2; r++) {
-        char env_buf[3][300];
-        snprintf(env_buf[0], sizeof(env_buf[0]), "DDP_COORDINATOR=%s", d.endpoint);
-        snprintf(env_buf[1], sizeof(env_buf[1]), "WORLD_SIZE=2");
-        snprintf(env_buf[2], sizeof(env_buf[2]), "RANK=%d", r);
-        const char *env[] = {env_buf[0], env_buf[1], env_buf[2], NULL};
-        char metrics[128];
-        snprintf(metrics, sizeof(metrics), "%s/rank0-only.jsonl", dir);
-        const char *argv[] = {DDP_WORKER_PATH, "--data", dir, "--model", MODEL, "--batch-size", "32", "--epochs", "3",
-                              "--metrics", metrics, "--checkpoint", "/nonexistent-dir/x.ckpt", NULL};
-        proc_start(&w[r], argv, env);
-    }
+    char metrics[128];
+    snprintf(metrics, sizeof(metrics), "%s/rank0-only.jsonl", dir);
+    const char *argv[] = {DDP_WORKER_PATH, "--data", dir, "--model", MODEL, "--batch-size", "32", "--epochs", "3",
+                          "--metrics", metrics, "--checkpoint", "/nonexistent-dir/x.ckpt", NULL};
+    for (int r = 0; r < 2; r++)
+        rank_start(&w[r], &d, 2, r, NULL, argv);
     char line[512];
     ck_assert_msg(proc_expect(&w[1], "gave up", WAIT_MS, line, sizeof(line)), "%s", proc_output(&w[1]));
     ck_assert_msg(strstr(line, "rank 0 (pid ") && strstr(line, "/nonexistent-dir/x.ckpt"), "%s", line);

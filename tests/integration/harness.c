@@ -172,19 +172,23 @@ int ddpd_stop(ddpd_proc *d) {
     return code;
 }
 
-void member_start(proc *p, const ddpd_proc *d, int world_size, int rank, const char *job, const char *const *args) {
+void rank_start(proc *p, const ddpd_proc *d, int world_size, int rank, const char *job, const char *const *argv) {
     char env_buf[4][DDP_MAX_ENDPOINT + 32];
     snprintf(env_buf[0], sizeof(env_buf[0]), "DDP_COORDINATOR=%s", d->endpoint);
     snprintf(env_buf[1], sizeof(env_buf[1]), "WORLD_SIZE=%d", world_size);
     snprintf(env_buf[2], sizeof(env_buf[2]), "DDP_JOB=%s", job ? job : "default");
     snprintf(env_buf[3], sizeof(env_buf[3]), "RANK=%d", rank);
     const char *env[] = {env_buf[0], env_buf[1], env_buf[2], rank >= 0 ? env_buf[3] : NULL, NULL};
+    proc_start(p, argv, env); /* the child has its copy once fork returns */
+}
+
+void member_start(proc *p, const ddpd_proc *d, int world_size, int rank, const char *job, const char *const *args) {
     const char *argv[16] = {MEMBER_PATH};
     size_t n = 1;
     for (size_t i = 0; args && args[i] && n < 15; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    proc_start(p, argv, env); /* the child has its copy once fork returns */
+    rank_start(p, d, world_size, rank, job, argv);
 }
 
 static void put_be32(gzFile f, uint32_t v) {

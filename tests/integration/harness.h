@@ -45,6 +45,9 @@ void ddpd_start(ddpd_proc *d, const char *const *extra_args);
 /* SIGTERM, and expects a clean exit. Returns the exit code. */
 int ddpd_stop(ddpd_proc *d);
 
+/* Starts argv as rank (-1: any) of a job of world_size on d, the rendezvous in its
+ * environment as a launcher would set it. */
+void rank_start(proc *p, const ddpd_proc *d, int world_size, int rank, const char *job, const char *const *argv);
 /* Starts a member (tests/integration/member.c) of a job on d. */
 void member_start(proc *p, const ddpd_proc *d, int world_size, int rank, const char *job, const char *const *args);
 

@@ -1,7 +1,6 @@
 /* worker/dataset.c: a directory of four IDX files, checked and normalised with the training
  * statistics; Debian's Fashion-MNIST when it is installed. */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -11,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "idx_files.h"
 #include "worker/dataset.h"
 
 static char tmp_root[64];
@@ -32,48 +31,24 @@ static const char *make_dir(const char *name) {
     return dir;
 }
 
-static void put_be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
 /* dir/name (plus ".gz", gzip'd, when gz): an IDX file of n_dims sizes and their bytes. */
-static void write_idx(const char *dir, const char *name, bool gz, uint32_t magic, unsigned n_dims, const uint32_t *dims,
-                      const uint8_t *payload) {
+static void write_idx_in(const char *dir, const char *name, bool gz, uint32_t magic, unsigned n_dims,
+                         const uint32_t *dims, const uint8_t *payload) {
     size_t payload_size = 1;
     for (unsigned i = 0; i < n_dims; i++)
         payload_size *= dims[i];
-    size_t size = 4 + 4 * (size_t)n_dims + payload_size;
-    uint8_t *buf = malloc(size);
-    put_be32(buf, magic);
-    for (unsigned i = 0; i < n_dims; i++)
-        put_be32(buf + 4 + 4 * i, dims[i]);
-    memcpy(buf + 4 + 4 * n_dims, payload, payload_size);
     char path[256];
     snprintf(path, sizeof(path), "%s/%s%s", dir, name, gz ? ".gz" : "");
-    if (gz) {
-        gzFile g = gzopen(path, "wb");
-        ck_assert_ptr_nonnull(g);
-        ck_assert_int_eq(gzwrite(g, buf, (unsigned)size), (int)size);
-        ck_assert_int_eq(gzclose(g), Z_OK);
-    } else {
-        FILE *f = fopen(path, "wb");
-        ck_assert_ptr_nonnull(f);
-        ck_assert_uint_eq(fwrite(buf, 1, size, f), size);
-        fclose(f);
-    }
-    free(buf);
+    write_idx(path, magic, n_dims, dims, payload, payload_size, gz);
 }
 
 static void write_images(const char *dir, const char *name, bool gz, uint32_t n, uint32_t rows, uint32_t cols,
                          const uint8_t *pixels) {
-    write_idx(dir, name, gz, 0x00000803, 3, (uint32_t[]){n, rows, cols}, pixels);
+    write_idx_in(dir, name, gz, 0x00000803, 3, (uint32_t[]){n, rows, cols}, pixels);
 }
 
 static void write_labels(const char *dir, const char *name, bool gz, uint32_t n, const uint8_t *labels) {
-    write_idx(dir, name, gz, 0x00000801, 1, (uint32_t[]){n}, labels);
+    write_idx_in(dir, name, gz, 0x00000801, 1, (uint32_t[]){n}, labels);
 }
 
 /* A small valid dataset: 4 training and 2 test images of 2x3. */
@@ -88,26 +63,6 @@ static void write_valid(const char *dir, bool gz) {
     write_labels(dir, TRAIN_LABELS, !gz, 4, train_labels); /* a mix of plain and gzip'd */
     write_images(dir, TEST_IMAGES, !gz, 2, 2, 3, test_pixels);
     write_labels(dir, TEST_LABELS, gz, 2, test_labels);
-}
-
-static void remove_tree(const char *dir) {
-    DIR *dh = opendir(dir);
-    if (!dh)
-        return;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(dh))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(dh);
-    rmdir(dir);
 }
 
 static void teardown(void) {

@@ -1,6 +1,5 @@
 /* common/idx.c: IDX images and labels, plain or gzip'd, and every way a file can be wrong. */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,28 +12,13 @@
 
 #include "common/idx.h"
 #include "common/limits.h"
+#include "idx_files.h"
 
 static char tmp_dir[64];
 static char err[1024];
 
 static void tmp_path(char *path, size_t size, const char *name) {
     snprintf(path, size, "%s/%s", tmp_dir, name);
-}
-
-/* Writes data to path, gzip'd through zlib or plain. */
-static void write_file(const char *path, const void *data, size_t size, bool gz) {
-    if (gz) {
-        gzFile g = gzopen(path, "wb");
-        ck_assert_ptr_nonnull(g);
-        if (size)
-            ck_assert_int_eq(gzwrite(g, data, (unsigned)size), (int)size);
-        ck_assert_int_eq(gzclose(g), Z_OK);
-        return;
-    }
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, size, f), size);
-    ck_assert_int_eq(fclose(f), 0);
 }
 
 static uint8_t *read_whole(const char *path, size_t *ret_size) {
@@ -50,36 +34,6 @@ static uint8_t *read_whole(const char *path, size_t *ret_size) {
     return data;
 }
 
-static void put_be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-/* An IDX file in memory: magic, n_dims sizes, then payload_size bytes from payload. */
-static uint8_t *make_idx(uint32_t magic, unsigned n_dims, const uint32_t *dims, const uint8_t *payload,
-                         size_t payload_size, size_t *ret_size) {
-    size_t size = 4 + 4 * (size_t)n_dims + payload_size;
-    uint8_t *buf = malloc(size + 1);
-    ck_assert_ptr_nonnull(buf);
-    put_be32(buf, magic);
-    for (unsigned d = 0; d < n_dims; d++)
-        put_be32(buf + 4 + 4 * d, dims[d]);
-    if (payload_size)
-        memcpy(buf + 4 + 4 * n_dims, payload, payload_size);
-    *ret_size = size;
-    return buf;
-}
-
-static void write_idx(const char *path, uint32_t magic, unsigned n_dims, const uint32_t *dims, const uint8_t *payload,
-                      size_t payload_size, bool gz) {
-    size_t size;
-    uint8_t *buf = make_idx(magic, n_dims, dims, payload, payload_size, &size);
-    write_file(path, buf, size, gz);
-    free(buf);
-}
-
 /* Bytes that do not repeat soon, so deflate cannot shrink them to nothing. */
 static void fill_noise(uint8_t *p, size_t n, uint32_t seed) {
     uint32_t x = seed ? seed : 1;
@@ -89,26 +43,6 @@ static void fill_noise(uint8_t *p, size_t n, uint32_t seed) {
         x ^= x << 5;
         p[i] = (uint8_t)(x >> 24);
     }
-}
-
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 /* core */

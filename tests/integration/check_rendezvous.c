@@ -34,17 +34,23 @@ static void form_and_check(const ddpd_proc *d, int n, const char *job, const cha
     }
 }
 
+/* Each of n members exits 0; then they are closed. */
+static void all_exit_ok(proc *members, int n) {
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(proc_wait(&members[i], WAIT_MS) == 0, "member %d: %s", i, proc_output(&members[i]));
+        proc_close(&members[i]);
+    }
+}
+
 static void world_of(int n) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
     proc members[8];
     const char *args[] = {"--barriers", "3", NULL};
     form_and_check(&d, n, "world", args, members);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         ck_assert_msg(proc_expect(&members[i], "barrier 2 ok", WAIT_MS, NULL, 0), "%s", proc_output(&members[i]));
-        ck_assert_int_eq(proc_wait(&members[i], WAIT_MS), 0);
-        proc_close(&members[i]);
-    }
+    all_exit_ok(members, n);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 
@@ -155,10 +161,7 @@ START_TEST(test_killed_member_named_within_3s) {
     /* The job ended: one of the same name forms at once. */
     proc again[2];
     form_and_check(&d, 2, "kill", NULL, again);
-    for (int i = 0; i < 2; i++) {
-        ck_assert_int_eq(proc_wait(&again[i], WAIT_MS), 0);
-        proc_close(&again[i]);
-    }
+    all_exit_ok(again, 2);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 END_TEST
@@ -208,10 +211,7 @@ START_TEST(test_garbage_flood) {
 
     proc members[2];
     form_and_check(&d, 2, "after-flood", NULL, members);
-    for (int i = 0; i < 2; i++) {
-        ck_assert_int_eq(proc_wait(&members[i], WAIT_MS), 0);
-        proc_close(&members[i]);
-    }
+    all_exit_ok(members, 2);
     ck_assert(proc_expect(&d.p, "dropped a bad message", WAIT_MS, NULL, 0));
     zmq_close(raw);
     zmq_ctx_term(ctx);
@@ -631,10 +631,7 @@ START_TEST(test_death_while_forming) {
     /* Rank 0 is free again: the job forms with newcomers. */
     proc members[2];
     form_and_check(&d, 2, "fragile", NULL, members);
-    for (int i = 0; i < 2; i++) {
-        ck_assert_int_eq(proc_wait(&members[i], WAIT_MS), 0);
-        proc_close(&members[i]);
-    }
+    all_exit_ok(members, 2);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 END_TEST
@@ -651,14 +648,8 @@ START_TEST(test_jobs_side_by_side) {
         ck_assert(proc_expect(&b[i], "barrier 19 ok", WAIT_MS, NULL, 0));
     for (int i = 0; i < 2; i++)
         ck_assert(proc_expect(&a[i], "barrier 19 ok", WAIT_MS, NULL, 0));
-    for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(proc_wait(&b[i], WAIT_MS), 0);
-        proc_close(&b[i]);
-    }
-    for (int i = 0; i < 2; i++) {
-        ck_assert_int_eq(proc_wait(&a[i], WAIT_MS), 0);
-        proc_close(&a[i]);
-    }
+    all_exit_ok(b, 3);
+    all_exit_ok(a, 2);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 END_TEST

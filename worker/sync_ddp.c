@@ -37,11 +37,7 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
     model *m = &t->m;
     const backend_ops *o = t->b.ops;
     double t0 = trainer_now();
-    o->zero(&t->b, m->grads, m->spec.n_params * sizeof(float));
-    model_forward(m, B);
-    int L = m->spec.n_layers;
-    double loss = trainer_loss(t, B, m->losses, m->probs, m->acts[L], t->targets, t->mse_targets, t->dlogits,
-                               1.0f / (float)B);
+    double loss = trainer_forward_local(t, B);
     t->bucket_error = 0;
     memset(t->bucket_req, 0, sizeof(t->bucket_req));
     model_backward(m, t->dlogits, B, on_layer_done, t);
@@ -63,8 +59,7 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
         return trainer_fail(t, r, "all-reducing gradients at step %llu: %s", (unsigned long long)t->step,
                             ddp_last_error(t->g));
     double t3 = trainer_now();
-    o->sgd_step(&t->b, m->params, m->velocity, m->grads, m->spec.n_params, (float)t->opts->lr,
-                (float)t->opts->momentum, t->step == 0);
+    trainer_sgd_step(t);
     o->synchronize(&t->b);
     double t4 = trainer_now();
     t->times.compute_s += (t1 - t0) + (t4 - t3);

@@ -77,8 +77,7 @@ int sync_dp_step(trainer *t, int B, double *ret_loss) {
         return trainer_fail(t, r, "reducing gradients onto rank 0: %s", ddp_last_error(t->g));
     double c7 = trainer_now();
     if (t->rank == 0)
-        o->sgd_step(&t->b, m->params, m->velocity, m->grads, n, (float)t->opts->lr, (float)t->opts->momentum,
-                    t->step == 0);
+        trainer_sgd_step(t);
     o->synchronize(&t->b);
     double c8 = trainer_now();
     /* everyone reports the loss rank 0 computed */

@@ -132,6 +132,20 @@ double trainer_loss(trainer *t, int B, float *losses, float *probs, const float 
     return sum / B;
 }
 
+double trainer_forward_local(trainer *t, int B) {
+    model *m = &t->m;
+    t->b.ops->zero(&t->b, m->grads, m->spec.n_params * sizeof(float));
+    model_forward(m, B);
+    return trainer_loss(t, B, m->losses, m->probs, m->acts[m->spec.n_layers], t->targets, t->mse_targets, t->dlogits,
+                        1.0f / (float)B);
+}
+
+void trainer_sgd_step(trainer *t) {
+    model *m = &t->m;
+    t->b.ops->sgd_step(&t->b, m->params, m->velocity, m->grads, m->spec.n_params, (float)t->opts->lr,
+                       (float)t->opts->momentum, t->step == 0);
+}
+
 /* ---- set-up ------------------------------------------------------------------------- */
 
 static int trainer_parse_mode(const char *name, sync_mode *ret) {

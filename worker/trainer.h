@@ -109,6 +109,11 @@ void trainer_load_batch(trainer *t, const uint32_t *indices, size_t count);
 /* The mean loss of the local batch after model_forward, and dlogits for it with scale. */
 double trainer_loss(trainer *t, int B, float *losses, float *probs, const float *logits, const uint8_t *targets,
                     const float *mse_targets, float *dlogits, float scale);
+/* Zeroes the gradients, runs forward and the loss of this rank's own batch of B (the ddp
+ * and ps modes): returns its mean, with dlogits ready for backward. */
+double trainer_forward_local(trainer *t, int B);
+/* One SGD step with momentum over all parameters, from the gradients in the model. */
+void trainer_sgd_step(trainer *t);
 double trainer_now(void);
 
 int sync_ddp_setup(trainer *t);

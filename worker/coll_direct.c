@@ -47,48 +47,43 @@ int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, c
     return 0;
 }
 
-/* buf = x_0 op x_1 op ... op x_{n-1}, where x_k comes from rank k and own is this rank's. */
-static int reduce_in_rank_order(ddp_group *g, const comm_call *call, const char *own, char *buf) {
+/* buf = x_0 op x_1 op ... op x_{n-1}, where x_k comes from rank k and this rank's is in buf. */
+static int reduce_in_rank_order(ddp_group *g, const comm_call *call, char *buf) {
     size_t es = dtype_size(call->t);
+    char *own = malloc(call->count * es); /* buf fills in rank order, so this rank's x waits aside */
+    if (!own)
+        return group_fail(g, -ENOMEM, "out of memory for a %s of %zu bytes", coll_kind_name(call->kind),
+                          (size_t)(call->count * es));
+    memcpy(own, buf, call->count * es);
+    int r = 0;
     uint64_t chunk = comm_chunk_elems(g, call->t);
-    for (uint64_t off = 0; off < call->count; off += chunk) {
+    for (uint64_t off = 0; off < call->count && r == 0; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
-        for (int k = 0; k < g->world_size; k++) {
+        for (int k = 0; k < g->world_size && r == 0; k++) {
             comm_frame *f = NULL;
             const void *x = own + off * es;
-            if (k != g->rank) {
-                TRY(coll_recv_chunk(g, k, call, 0, off, len, &f));
-                int r = comm_frame_data(g, f, &x);
-                if (r < 0) {
-                    comm_frame_free(f);
-                    return r;
-                }
-            }
-            if (k == 0)
+            if (k != g->rank && (r = coll_recv_chunk(g, k, call, 0, off, len, &f)) == 0)
+                r = comm_frame_data(g, f, &x);
+            if (r == 0 && k == 0)
                 memcpy(buf + off * es, x, len * es);
-            else
+            else if (r == 0)
                 reduce_into(buf + off * es, x, len, call->t, call->op);
             comm_frame_free(f);
         }
     }
-    reduce_finish(buf, call->count, call->t, call->op, g->world_size);
-    return 0;
+    free(own);
+    if (r == 0)
+        reduce_finish(buf, call->count, call->t, call->op, g->world_size);
+    return r;
 }
 
 int coll_all_reduce_direct(ddp_group *g, const coll_args *a) {
     const comm_call *call = &a->call;
-    size_t bytes = call->count * dtype_size(call->t);
     char *buf = a->recv;
     for (int k = 0; k < g->world_size; k++)
         if (k != g->rank)
             TRY(coll_send_range(g, k, call, 0, buf, 0, call->count, false));
-    char *own = malloc(bytes);
-    if (!own)
-        return group_fail(g, -ENOMEM, "out of memory for an all_reduce of %zu bytes", bytes);
-    memcpy(own, buf, bytes);
-    int r = reduce_in_rank_order(g, call, own, buf);
-    free(own);
-    return r;
+    return reduce_in_rank_order(g, call, buf);
 }
 
 int coll_reduce_direct(ddp_group *g, const coll_args *a) {
@@ -96,14 +91,7 @@ int coll_reduce_direct(ddp_group *g, const coll_args *a) {
     char *buf = a->recv;
     if (g->rank != call->root)
         return coll_send_range(g, call->root, call, 0, buf, 0, call->count, false);
-    size_t bytes = call->count * dtype_size(call->t);
-    char *own = malloc(bytes);
-    if (!own)
-        return group_fail(g, -ENOMEM, "out of memory for a reduce of %zu bytes", bytes);
-    memcpy(own, buf, bytes);
-    int r = reduce_in_rank_order(g, call, own, buf);
-    free(own);
-    return r;
+    return reduce_in_rank_order(g, call, buf);
 }
 
 int coll_broadcast_direct(ddp_group *g, const coll_args *a) {

@@ -58,6 +58,7 @@ typedef struct {
     bool have_ddpd;
     bool ddpd_stopping; /* we sent it SIGTERM: its exit is expected */
     char endpoint[DDP_MAX_ENDPOINT + 1];
+    char socket_dir[DDP_MAX_ENDPOINT]; /* the ranks' Unix sockets; "" when the user chose */
     int devnull;
     struct rlimit files; /* RLIMIT_NOFILE as we found it, for the children */
     bool files_raised;
@@ -560,7 +561,7 @@ typedef struct {
     char **envp;
     size_t n_fixed;
     char world[32], local_world[32], coordinator[DDP_MAX_ENDPOINT + 32], master_addr[DDP_MAX_ENDPOINT + 32],
-        master_port[32], job[DDP_MAX_JOB_NAME + 16], rank[32], local_rank[32];
+        master_port[32], job[DDP_MAX_JOB_NAME + 16], rank[32], local_rank[32], data_endpoint[DDP_MAX_ENDPOINT + 32];
 } rank_env;
 
 static int rank_env_build(rank_env *e, const launcher *l) {
@@ -598,16 +599,46 @@ static int rank_env_build(rank_env *e, const launcher *l) {
         snprintf(e->job, sizeof(e->job), "DDP_JOB=%s", l->opts->job);
         e->envp[k++] = e->job;
     }
-    /* Every rank is on this host: their data planes meet over Unix sockets, which carry
-     * large tensors faster than loopback TCP (as NCCL prefers shared memory on one node).
-     * A DDP_DATA_ENDPOINT the user set wins. */
-    if (!getenv("DDP_DATA_ENDPOINT"))
-        e->envp[k++] = (char *)"DDP_DATA_ENDPOINT=ipc://*";
     e->n_fixed = k;
     e->envp[k] = e->rank;
     e->envp[k + 1] = e->local_rank;
-    e->envp[k + 2] = NULL;
+    /* Every rank is on this host: their data planes meet over Unix sockets, which carry
+     * large tensors faster than loopback TCP (as NCCL prefers shared memory on one node).
+     * A DDP_DATA_ENDPOINT the user set wins. */
+    e->envp[k + 2] = l->socket_dir[0] ? e->data_endpoint : NULL;
+    e->envp[k + 3] = NULL;
     return 0;
+}
+
+/* A private directory for the ranks' sockets. Not the ipc wildcard of libzmq: that makes
+ * its directory in the working directory when TMPDIR is unset, and a killed rank leaves
+ * it behind. Ours goes when the launch ends, whatever the ranks did. */
+static int socket_dir_create(launcher *l) {
+    const char *base = getenv("TMPDIR");
+    /* sun_path holds 108 bytes: leave room for "/ddp-run.XXXXXX/rank-NNNNNNN". */
+    if (!base || base[0] != '/' || strlen(base) > 64)
+        base = "/tmp";
+    snprintf(l->socket_dir, sizeof(l->socket_dir), "%s/ddp-run.XXXXXX", base);
+    if (!mkdtemp(l->socket_dir)) {
+        int r = -errno;
+        log_error("cannot create a directory for the ranks' sockets in %s: %s", base, strerror(-r));
+        l->socket_dir[0] = '\0';
+        return r;
+    }
+    return 0;
+}
+
+static void socket_dir_remove(launcher *l) {
+    if (!l->socket_dir[0])
+        return;
+    char path[sizeof(l->socket_dir) + 32];
+    for (int i = 0; i < l->opts->nproc; i++) {
+        snprintf(path, sizeof(path), "%s/rank-%d", l->socket_dir, i);
+        unlink(path); /* a rank that exited cleanly removed its own */
+    }
+    if (rmdir(l->socket_dir) < 0)
+        log_warn("cannot remove %s: %s", l->socket_dir, strerror(errno));
+    l->socket_dir[0] = '\0';
 }
 
 /* ---- the private ddpd ---- */
@@ -801,6 +832,8 @@ int launcher_run(const launcher_options *opts, int *exit_code) {
     else if ((r = launcher_start_ddpd(&l)) < 0 || l.cause_set)
         goto out;
 
+    if (!getenv("DDP_DATA_ENDPOINT") && (r = socket_dir_create(&l)) < 0)
+        goto out;
     if ((r = rank_env_build(&env, &l)) < 0) {
         log_error("cannot set up the ranks' environment: %s", strerror(-r));
         goto out;
@@ -809,6 +842,7 @@ int launcher_run(const launcher_options *opts, int *exit_code) {
         char label[24], prefix[24];
         snprintf(env.rank, sizeof(env.rank), "RANK=%d", i);
         snprintf(env.local_rank, sizeof(env.local_rank), "LOCAL_RANK=%d", i);
+        snprintf(env.data_endpoint, sizeof(env.data_endpoint), "DDP_DATA_ENDPOINT=ipc://%s/rank-%d", l.socket_dir, i);
         snprintf(label, sizeof(label), "rank %d", i);
         snprintf(prefix, sizeof(prefix), "[rank %d] ", i);
         r = child_spawn(&l, &l.ranks[i], label, opts->program, opts->argv, env.envp, true, prefix, false);
@@ -828,6 +862,7 @@ out:
     while (l.n_running > 0)
         launcher_pump(&l, UINT64_MAX);
     launcher_stop_ddpd(&l);
+    socket_dir_remove(&l);
     if (l.ranks)
         for (int i = 0; i < l.n_started; i++)
             for (int k = 0; k < l.ranks[i].n_streams; k++)

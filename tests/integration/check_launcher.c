@@ -181,6 +181,30 @@ START_TEST(test_environment) {
 }
 END_TEST
 
+/* Each rank gets a Unix socket in a private directory under TMPDIR, and the directory is
+ * gone after the launch even when ranks left their sockets behind (as killed ones do). */
+START_TEST(test_socket_directory_removed) {
+    char tmpdir[] = "/tmp/check_launcher.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    char tmpdir_env[64];
+    snprintf(tmpdir_env, sizeof(tmpdir_env), "TMPDIR=%s", tmpdir);
+    const char *env[] = {tmpdir_env, NULL};
+    const char *script = "echo \"data $DDP_DATA_ENDPOINT\"; touch \"${DDP_DATA_ENDPOINT#ipc://}\"";
+    const char *args[] = {"-n", "2", "--coordinator", "tcp://127.0.0.1:4242", "--", "sh", "-c", script, NULL};
+    proc p;
+    run_expecting(&p, args, env, 0);
+    for (int r = 0; r < 2; r++) {
+        char line[128];
+        snprintf(line, sizeof(line), "[rank %d] data ipc://%s/ddp-run.", r, tmpdir);
+        assert_output_has(&p, line);
+        snprintf(line, sizeof(line), "/rank-%d\n", r);
+        assert_output_has(&p, line);
+    }
+    ck_assert_msg(rmdir(tmpdir) == 0, "%s is not empty after ddp-run: %s", tmpdir, strerror(errno));
+    proc_close(&p);
+}
+END_TEST
+
 START_TEST(test_output_prefixed) {
     const char *script = "echo \"out $RANK\"; echo \"err $RANK\" >&2; printf 'no newline %s' \"$RANK\"";
     const char *args[] = {"-n", "2", "--", "sh", "-c", script, NULL};
@@ -298,6 +322,7 @@ int main(void) {
     tcase_add_test(tc, test_sigkill_after_grace);
     tcase_add_test(tc, test_given_coordinator);
     tcase_add_test(tc, test_environment);
+    tcase_add_test(tc, test_socket_directory_removed);
     tcase_add_test(tc, test_output_prefixed);
     tcase_add_test(tc, test_private_ddpd_verbose);
     tcase_add_test(tc, test_killed_by_signal);

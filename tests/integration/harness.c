@@ -26,6 +26,15 @@ static bool harness_inherited(const char *kv) {
     return true;
 }
 
+/* True when env sets kv's variable: getenv() would find the inherited one first. */
+static bool harness_overridden(const char *kv, const char *const *env) {
+    size_t key_len = strcspn(kv, "=");
+    for (size_t i = 0; env && env[i]; i++)
+        if (strncmp(kv, env[i], key_len + 1) == 0)
+            return true;
+    return false;
+}
+
 void proc_start(proc *p, const char *const *argv, const char *const *env) {
     memset(p, 0, sizeof(*p));
     int fds[2];
@@ -40,7 +49,7 @@ void proc_start(proc *p, const char *const *argv, const char *const *env) {
     char **envp = calloc(n_env + n_extra + 1, sizeof(char *));
     size_t k = 0;
     for (size_t i = 0; i < n_env; i++)
-        if (harness_inherited(environ[i]))
+        if (harness_inherited(environ[i]) && !harness_overridden(environ[i], env))
             envp[k++] = environ[i];
     for (size_t i = 0; i < n_extra; i++)
         envp[k++] = (char *)env[i];

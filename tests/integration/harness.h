@@ -20,7 +20,7 @@ typedef struct {
 } proc;
 
 /* Starts argv[0] with the test's environment, less the rendezvous variables, plus env
- * ("KEY=VALUE" strings, NULL-terminated, may be NULL). */
+ * ("KEY=VALUE" strings, NULL-terminated, may be NULL), which win over inherited ones. */
 void proc_start(proc *p, const char *const *argv, const char *const *env);
 /* Waits up to timeout_ms for a line containing needle after the last match; copies that
  * line to line (when not NULL). False on timeout or end of output. */

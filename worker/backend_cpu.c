@@ -5,8 +5,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "worker/backend.h"
+
+#define HUGE_PAGE_BYTES (2u << 20)
 
 void backend_count_alloc(backend *b, size_t bytes) {
     b->memory.current += bytes;
@@ -19,10 +22,15 @@ void backend_count_release(backend *b, size_t bytes) {
 }
 
 static void *cpu_alloc(backend *b, size_t bytes) {
-    /* 64-byte aligned for the vector units; calloc'd semantics: zero-filled */
+    /* 64-byte aligned for the vector units; calloc'd semantics: zero-filled. Large blocks
+     * (the parameters, gradients, velocity) on transparent huge pages, as PyTorch's CPU
+     * allocator does: fewer TLB misses, and a peer's remote read pins 2 MiB pages, not 4 KiB. */
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+    size_t align = bytes >= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES : 64;
+    if (posix_memalign(&p, align, bytes ? bytes : 64) != 0)
         return NULL;
+    if (align == HUGE_PAGE_BYTES)
+        madvise(p, bytes, MADV_HUGEPAGE);
     memset(p, 0, bytes);
     backend_count_alloc(b, bytes);
     return p;

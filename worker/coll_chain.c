@@ -55,11 +55,9 @@ int coll_reduce_chain(ddp_group *g, const coll_args *a) {
     for (uint64_t off = 0; r == 0 && off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         comm_frame *f;
-        const void *x;
         if ((r = coll_recv_chunk(g, prev, call, 0, off, len, &f)) < 0)
             break;
-        if ((r = comm_frame_data(g, f, &x)) == 0)
-            reduce_pair(partial + off * es, x, buf + off * es, len, call->t, call->op);
+        r = comm_frame_reduce_pair(g, f, partial + off * es, buf + off * es, call->op);
         comm_frame_free(f);
         if (r == 0 && root)
             reduce_finish(partial + off * es, len, call->t, call->op, n);

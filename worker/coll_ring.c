@@ -42,12 +42,10 @@ static int ring_reduce_scatter(ddp_group *g, const comm_call *call, const char *
         for (uint64_t done = 0; done < b->len; done += chunk) {
             uint64_t off = b->off + done, len = b->len - done < chunk ? b->len - done : chunk;
             comm_frame *f;
-            const void *partial;
             TRY(coll_recv_chunk(g, left, call, TAG_RS(s), off, len, &f));
             char *dst = last && final_dst ? final_dst + done * es : work + off * es;
-            int r = comm_frame_data(g, f, &partial);
-            if (r == 0) /* the partial sum so far, then this rank's part */
-                reduce_pair(dst, partial, own + off * es, len, call->t, call->op);
+            /* the partial sum so far, then this rank's part */
+            int r = comm_frame_reduce_pair(g, f, dst, own + off * es, call->op);
             comm_frame_free(f);
             TRY(r);
             if (!last) {

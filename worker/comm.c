@@ -20,6 +20,7 @@
 
 #define COMM_REMOTE_MIN (64u << 10)       /* smaller chunks are cheaper through the socket */
 #define COMM_REMOTE_CHUNK_BYTES (4u << 20) /* frames read from a peer's memory */
+#define COMM_REDUCE_PIECE_BYTES (128u << 10) /* read from a peer, then reduced while in cache */
 #define COMM_ABORT_GRACE_MS 3000          /* how long a vanished peer's abort notice may take */
 
 _Static_assert(sizeof(comm_header) == 72, "the header is 72 bytes on the wire");
@@ -228,11 +229,9 @@ static void comm_send_ack(ddp_group *g, const comm_header *read) {
     zmq_send(s, "", 0, ZMQ_DONTWAIT);
 }
 
-/* Copies a COMM_FLAG_REMOTE frame's elements out of the sender's memory into dst, and
- * tells the sender its buffer is free. */
-static int comm_read_remote(ddp_group *g, comm_frame *f, void *dst) {
-    size_t bytes = f->h.n * dtype_size(f->h.dtype);
-    struct iovec local = {dst, bytes}, remote = {(void *)(uintptr_t)f->h.addr, bytes};
+/* Copies bytes at offset within a COMM_FLAG_REMOTE frame out of the sender's memory. */
+static int comm_read_remote_part(ddp_group *g, const comm_frame *f, size_t offset, void *dst, size_t bytes) {
+    struct iovec local = {dst, bytes}, remote = {(char *)(uintptr_t)f->h.addr + offset, bytes};
     ssize_t got = bytes ? process_vm_readv((pid_t)g->pids[f->h.src], &local, 1, &remote, 1, 0) : 0;
     if (got != (ssize_t)bytes) {
         int r = got < 0 ? -errno : -EIO, err = errno;
@@ -245,8 +244,34 @@ static int comm_read_remote(ddp_group *g, comm_frame *f, void *dst) {
         return group_fail(g, r, "could not read %zu bytes from rank %d (pid %u): %s", bytes, f->h.src,
                           g->pids[f->h.src], got < 0 ? strerror(err) : "short read");
     }
+    return 0;
+}
+
+/* Tells the sender that a remote frame has been read: its buffer is free. */
+static void comm_remote_done(ddp_group *g, comm_frame *f) {
     comm_send_ack(g, &f->h);
     f->h.flags = 0; /* read: acknowledged once */
+}
+
+/* Copies a COMM_FLAG_REMOTE frame's elements out of the sender's memory into dst. */
+static int comm_read_remote(ddp_group *g, comm_frame *f, void *dst) {
+    TRY(comm_read_remote_part(g, f, 0, dst, f->h.n * dtype_size(f->h.dtype)));
+    comm_remote_done(g, f);
+    return 0;
+}
+
+/* The scratch buffer, at least bytes long. */
+static int comm_scratch(ddp_group *g, size_t bytes, void **ret) {
+    comm *c = &g->comm;
+    /* One buffer, reused: its pages stay mapped and, at the sizes used, in cache. */
+    if (bytes > c->scratch_size) {
+        void *grown = realloc(c->scratch, bytes);
+        if (!grown)
+            return group_fail(g, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
+        c->scratch = grown;
+        c->scratch_size = bytes;
+    }
+    *ret = c->scratch;
     return 0;
 }
 
@@ -259,20 +284,32 @@ int comm_frame_copy_to(ddp_group *g, comm_frame *f, void *dst) {
 
 int comm_frame_data(ddp_group *g, comm_frame *f, const void **ret_data) {
     if (f->h.flags & COMM_FLAG_REMOTE) {
-        comm *c = &g->comm;
-        size_t bytes = f->h.n * dtype_size(f->h.dtype);
-        /* One scratch buffer, reused: its pages stay mapped and, at chunk size, in cache. */
-        if (bytes > c->scratch_size) {
-            void *grown = realloc(c->scratch, bytes);
-            if (!grown)
-                return group_fail(g, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
-            c->scratch = grown;
-            c->scratch_size = bytes;
-        }
-        TRY(comm_read_remote(g, f, c->scratch));
-        f->data = c->scratch;
+        void *scratch = NULL;
+        TRY(comm_scratch(g, f->h.n * dtype_size(f->h.dtype), &scratch));
+        TRY(comm_read_remote(g, f, scratch));
+        f->data = scratch;
     }
     *ret_data = f->data;
+    return 0;
+}
+
+int comm_frame_reduce_pair(ddp_group *g, comm_frame *f, void *dst, const void *own, reduce_op op) {
+    dtype t = f->h.dtype;
+    size_t es = dtype_size(t);
+    if (!(f->h.flags & COMM_FLAG_REMOTE)) {
+        reduce_pair(dst, f->data, own, f->h.n, t, op);
+        return 0;
+    }
+    /* Read and reduce a piece at a time: each piece is still in cache when it is added. */
+    size_t piece = COMM_REDUCE_PIECE_BYTES / es, n = f->h.n;
+    void *scratch = NULL;
+    TRY(comm_scratch(g, (n < piece ? n : piece) * es, &scratch));
+    for (size_t done = 0; done < n; done += piece) {
+        size_t len = n - done < piece ? n - done : piece;
+        TRY(comm_read_remote_part(g, f, done * es, scratch, len * es));
+        reduce_pair((char *)dst + done * es, scratch, (const char *)own + done * es, len, t, op);
+    }
+    comm_remote_done(g, f);
     return 0;
 }
 

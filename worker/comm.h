@@ -127,6 +127,9 @@ int comm_recv(ddp_group *g, int src, const comm_call *call, int32_t tag, comm_fr
  * group. For a remote frame this is when the sender's memory is read and acknowledged. */
 int comm_frame_copy_to(ddp_group *g, comm_frame *f, void *dst);
 int comm_frame_data(ddp_group *g, comm_frame *f, const void **ret_data);
+/* dst = the frame's elements op own (reduce_pair, in the frame's dtype); for a remote
+ * frame, read and reduced in cache-sized pieces. */
+int comm_frame_reduce_pair(ddp_group *g, comm_frame *f, void *dst, const void *own, reduce_op op);
 /* Checks that a received frame carries exactly [offset, offset + n). */
 int comm_expect_range(ddp_group *g, const comm_frame *f, const comm_call *call, uint64_t offset, uint64_t n);
 void comm_frame_free(comm_frame *f);

@@ -6,8 +6,19 @@
  * Every allocation goes through the backend's accounting (current and peak bytes per
  * device), which is what the DP-vs-DDP comparison reports. */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend is compiled as CUDA C++ */
+#endif
+
+/* ddp-worker's exit code when its device failed (a CUDA error): distinct from a training
+ * error (1) and a usage error (2), so a supervisor can tell a broken GPU apart. */
+#define BACKEND_EXIT_DEVICE_ERROR 3
+/* Buckets staged to the host at once: one per layer at most. */
+#define BACKEND_MAX_STAGES 16
 
 typedef struct backend backend;
 
@@ -17,15 +28,31 @@ typedef struct {
 
 typedef struct {
     const char *name;
+    /* The device's buffers are host memory: collectives can take them as they are. When
+     * false, what goes on the wire is staged through host memory (host_alloc). */
+    bool host_memory;
 
+    void (*close)(backend *b);
     /* Memory: device buffers, zero-filled, counted. */
     void *(*alloc)(backend *b, size_t bytes);
     void (*release)(backend *b, void *p, size_t bytes);
+    /* Host buffers for staging (pinned on a GPU, so copies run asynchronously), counted
+     * apart from the device's. */
+    void *(*host_alloc)(backend *b, size_t bytes);
+    void (*host_release)(backend *b, void *p, size_t bytes);
+    /* Synchronous copies: when they return, host holds the data or may be reused. */
     void (*upload)(backend *b, void *dst, const void *host, size_t bytes);
     void (*download)(backend *b, void *host, const void *src, size_t bytes);
+    /* A copy to a host_alloc buffer after the work queued so far, on a stream of its own
+     * so that it overlaps what is queued next; wait_download(stage) waits for it. */
+    void (*download_async)(backend *b, void *host, const void *src, size_t bytes, int stage);
+    void (*wait_download)(backend *b, int stage);
     void (*zero)(backend *b, void *p, size_t bytes);
     /* Waits for queued work (a no-op on the CPU). */
     void (*synchronize)(backend *b);
+    /* What the device itself reports in use and in all (cudaMemGetInfo); -ENOTSUP on the
+     * CPU, whose tracked bytes are the whole story. */
+    int (*device_memory)(backend *b, size_t *ret_used, size_t *ret_total);
 
     /* out = inp . weight^T + bias */
     void (*linear_forward)(backend *b, float *out /* (B, OC) */, const float *inp /* (B, IC) */,
@@ -59,17 +86,45 @@ typedef struct {
     long (*count_correct)(backend *b, const float *logits /* (B, C) */, const uint8_t *targets /* (B) */, int B, int C);
 } backend_ops;
 
+/* Called when the device fails (a CUDA error): what failed, naming the file and line. It
+ * must not return; if it does, the backend exits with BACKEND_EXIT_DEVICE_ERROR. */
+typedef void (*backend_fatal_fn)(void *ctx, const char *what);
+
 struct backend {
     const backend_ops *ops;
-    int device;              /* -1 for the CPU */
+    int device;              /* -1 for the CPU; the CUDA device ordinal */
     backend_memory memory;   /* this backend's device */
+    backend_memory host;     /* its staging buffers in host memory */
     void *impl;
 };
 
 /* The CPU backend, with this many BLAS threads (one per worker unless told otherwise). */
 int backend_cpu_open(backend *ret, int blas_threads);
-void backend_close(backend *b);
+/* The CUDA backend (cuda/, when the build has it) on device ordinal `device` as
+ * CUDA_VISIBLE_DEVICES numbers them; 0 or a negative error with err saying why (no
+ * driver, no such device). fatal is called on any later CUDA error. */
+int backend_cuda_open(backend *ret, int device, backend_fatal_fn fatal, void *fatal_ctx, char *err,
+                      size_t err_size);
+/* GPUs the CUDA runtime sees, or a negative error with err saying why none can be used. */
+int backend_cuda_device_count(char *err, size_t err_size);
+
+static inline void backend_close(backend *b) {
+    if (b->ops && b->ops->close)
+        b->ops->close(b);
+    b->ops = NULL;
+}
 
 /* Accounting shared by every backend: called by their alloc and release. */
-void backend_count_alloc(backend *b, size_t bytes);
-void backend_count_release(backend *b, size_t bytes);
+static inline void backend_count_alloc(backend_memory *m, size_t bytes) {
+    m->current += bytes;
+    if (m->current > m->peak)
+        m->peak = m->current;
+}
+
+static inline void backend_count_release(backend_memory *m, size_t bytes) {
+    m->current -= bytes < m->current ? bytes : m->current;
+}
+
+#ifdef __cplusplus
+}
+#endif

@@ -11,17 +11,8 @@
 
 #define HUGE_PAGE_BYTES (2u << 20)
 
-void backend_count_alloc(backend *b, size_t bytes) {
-    b->memory.current += bytes;
-    if (b->memory.current > b->memory.peak)
-        b->memory.peak = b->memory.current;
-}
-
-void backend_count_release(backend *b, size_t bytes) {
-    b->memory.current -= bytes < b->memory.current ? bytes : b->memory.current;
-}
-
-static void *cpu_alloc(backend *b, size_t bytes) {
+/* Zero-filled, 64-byte aligned memory; large blocks on huge pages. */
+static void *cpu_memory(size_t bytes) {
     /* 64-byte aligned for the vector units; calloc'd semantics: zero-filled. Large blocks
      * (the parameters, gradients, velocity) on transparent huge pages, as PyTorch's CPU
      * allocator does: fewer TLB misses, and a peer's remote read pins 2 MiB pages, not 4 KiB. */
@@ -32,7 +23,13 @@ static void *cpu_alloc(backend *b, size_t bytes) {
     if (align == HUGE_PAGE_BYTES)
         madvise(p, bytes, MADV_HUGEPAGE);
     memset(p, 0, bytes);
-    backend_count_alloc(b, bytes);
+    return p;
+}
+
+static void *cpu_alloc(backend *b, size_t bytes) {
+    void *p = cpu_memory(bytes);
+    if (p)
+        backend_count_alloc(&b->memory, bytes);
     return p;
 }
 
@@ -40,13 +37,44 @@ static void cpu_release(backend *b, void *p, size_t bytes) {
     if (!p)
         return;
     free(p);
-    backend_count_release(b, bytes);
+    backend_count_release(&b->memory, bytes);
+}
+
+static void *cpu_host_alloc(backend *b, size_t bytes) {
+    void *p = cpu_memory(bytes);
+    if (p)
+        backend_count_alloc(&b->host, bytes);
+    return p;
+}
+
+static void cpu_host_release(backend *b, void *p, size_t bytes) {
+    if (!p)
+        return;
+    free(p);
+    backend_count_release(&b->host, bytes);
 }
 
 static void cpu_copy(backend *b, void *dst, const void *src, size_t bytes) {
     (void)b;
     if (bytes)
         memcpy(dst, src, bytes);
+}
+
+static void cpu_download_async(backend *b, void *host, const void *src, size_t bytes, int stage) {
+    (void)stage; /* nothing is queued on the CPU: the copy is done when this returns */
+    cpu_copy(b, host, src, bytes);
+}
+
+static void cpu_wait_download(backend *b, int stage) {
+    (void)b;
+    (void)stage;
+}
+
+static int cpu_device_memory(backend *b, size_t *ret_used, size_t *ret_total) {
+    (void)b;
+    (void)ret_used;
+    (void)ret_total;
+    return -ENOTSUP;
 }
 
 static void cpu_zero(backend *b, void *p, size_t bytes) {
@@ -175,12 +203,18 @@ static long cpu_count_correct(backend *b, const float *logits, const uint8_t *ta
 
 static const backend_ops cpu_ops = {
     .name = "cpu",
+    .host_memory = true,
     .alloc = cpu_alloc,
     .release = cpu_release,
+    .host_alloc = cpu_host_alloc,
+    .host_release = cpu_host_release,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .download_async = cpu_download_async,
+    .wait_download = cpu_wait_download,
     .zero = cpu_zero,
     .synchronize = cpu_synchronize,
+    .device_memory = cpu_device_memory,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
     .relu_forward = cpu_relu_forward,
@@ -200,8 +234,4 @@ int backend_cpu_open(backend *ret, int blas_threads) {
     openblas_set_num_threads(blas_threads);
     *ret = (backend){.ops = &cpu_ops, .device = -1};
     return 0;
-}
-
-void backend_close(backend *b) {
-    b->ops = NULL;
 }

@@ -2,7 +2,12 @@
  * all-reduced (AVG) in buckets, last layers first, each launched with
  * ddp_all_reduce_async as soon as its layers' backward is done, so communication overlaps
  * the rest of backward; every rank then steps its own optimizer. Parameters start equal:
- * rank 0's are broadcast before step one. */
+ * rank 0's are broadcast before step one.
+ *
+ * On a GPU a finished bucket is first copied to pinned host memory on the backend's copy
+ * stream; backward's kernels are all queued by then, so while the GPU computes the earlier
+ * layers, this thread waits for each bucket's copy in turn and hands it to the
+ * communication thread. The averages go back to the device in one copy. */
 #include "worker/trainer.h"
 
 #include <errno.h>
@@ -11,26 +16,40 @@
 
 int sync_ddp_setup(trainer *t) {
     const model_spec *s = &t->m.spec;
-    int r = ddp_broadcast(t->g, t->m.params, s->n_params, DDP_F32, 0);
+    float *params = trainer_wire(t, t->params_wire, t->m.params, s->n_params, t->rank == 0);
+    int r = ddp_broadcast(t->g, params, s->n_params, DDP_F32, 0);
     if (r < 0)
         return trainer_fail(t, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(t->g));
+    trainer_unwire(t, t->m.params, params, s->n_params);
     return 0;
+}
+
+static void bucket_launch(trainer *t, int k, float *grads) {
+    size_t off, count;
+    model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
+    t->bucket_error = ddp_all_reduce_async(t->g, grads + off, count, DDP_F32, DDP_AVG, &t->bucket_req[k]);
+    if (t->bucket_error)
+        t->bucket_req[k] = NULL;
 }
 
 /* Called by backward as each layer's gradients complete: launch the bucket it finishes. */
 static void on_layer_done(void *ctx, int layer) {
     trainer *t = ctx;
-    for (int k = 0; k < t->n_buckets; k++)
-        /* The bucket of the first layers completes with backward itself: nothing is left to
-         * overlap it with, so sync_ddp_step runs it on this thread, sparing two hand-offs to
-         * the communication thread while the other core is busy with the other rank. */
-        if (t->bucket_first[k] == layer && layer > 0 && !t->bucket_error) {
+    const backend_ops *o = t->b.ops;
+    for (int k = 0; k < t->n_buckets; k++) {
+        if (t->bucket_first[k] != layer || t->bucket_error)
+            continue;
+        if (!o->host_memory) { /* queued behind this layer's kernels; sent once it lands */
             size_t off, count;
             model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
-            t->bucket_error = ddp_all_reduce_async(t->g, t->m.grads + off, count, DDP_F32, DDP_AVG, &t->bucket_req[k]);
-            if (t->bucket_error)
-                t->bucket_req[k] = NULL;
-        }
+            o->download_async(&t->b, t->grads_wire + off, t->m.grads + off, count * sizeof(float), k);
+        } else if (layer > 0)
+            /* The bucket of the first layers completes with backward itself: nothing is
+             * left to overlap it with, so sync_ddp_step runs it on this thread, sparing two
+             * hand-offs to the communication thread while the other core is busy with the
+             * other rank. */
+            bucket_launch(t, k, t->m.grads);
+    }
 }
 
 int sync_ddp_step(trainer *t, int B, double *ret_loss) {
@@ -41,12 +60,20 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
     t->bucket_error = 0;
     memset(t->bucket_req, 0, sizeof(t->bucket_req));
     model_backward(m, t->dlogits, B, on_layer_done, t);
+    int last = t->n_buckets - 1;
+    float *grads = trainer_wire(t, t->grads_wire, m->grads, m->spec.n_params, false);
+    if (!o->host_memory) /* every bucket but the last to the communication thread as it lands */
+        for (int k = 0; k < last && !t->bucket_error; k++) {
+            o->wait_download(&t->b, k);
+            bucket_launch(t, k, grads);
+        }
     double t1 = trainer_now();
     int r = t->bucket_error;
     if (r == 0) { /* the last bucket: layers 0.. (after the async ones, in order) */
         size_t off, count;
-        model_layer_range(&m->spec, t->bucket_first[t->n_buckets - 1], t->bucket_last[t->n_buckets - 1], &off, &count);
-        r = ddp_all_reduce(t->g, m->grads + off, count, DDP_F32, DDP_AVG);
+        model_layer_range(&m->spec, t->bucket_first[last], t->bucket_last[last], &off, &count);
+        o->wait_download(&t->b, last);
+        r = ddp_all_reduce(t->g, grads + off, count, DDP_F32, DDP_AVG);
     }
     double t1b = trainer_now(); /* communication: the last bucket; waiting: what async ones left */
     for (int k = 0; k < t->n_buckets; k++)
@@ -58,6 +85,7 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
     if (r < 0)
         return trainer_fail(t, r, "all-reducing gradients at step %llu: %s", (unsigned long long)t->step,
                             ddp_last_error(t->g));
+    trainer_unwire(t, m->grads, grads, m->spec.n_params);
     double t3 = trainer_now();
     trainer_sgd_step(t);
     o->synchronize(&t->b);

@@ -27,6 +27,8 @@ int sync_dp_setup(trainer *t) {
     t->gathered_probs = dp_alloc(t, out * sizeof(float));
     if (t->m.spec.loss == LOSS_MSE)
         t->gathered_mse_targets = dp_alloc(t, out * sizeof(float));
+    if (!t->b.ops->host_memory && !(t->gathered_wire = t->b.ops->host_alloc(&t->b, out * sizeof(float))))
+        return trainer_fail(t, -ENOMEM, "out of memory for rank 0's gathered outputs");
     if (!t->gathered_logits || !t->gathered_dlogits || !t->gathered_targets || !t->gathered_targets_host ||
         !t->gathered_losses || !t->gathered_probs ||
         (t->m.spec.loss == LOSS_MSE && !t->gathered_mse_targets))
@@ -42,19 +44,31 @@ int sync_dp_step(trainer *t, int B, double *ret_loss) {
     size_t n = s->n_params;
     double c0 = trainer_now();
     /* replicate */
-    if ((r = ddp_broadcast(t->g, m->params, n, DDP_F32, 0)) < 0)
+    float *params = trainer_wire(t, t->params_wire, m->params, n, t->rank == 0);
+    if ((r = ddp_broadcast(t->g, params, n, DDP_F32, 0)) < 0)
         return trainer_fail(t, r, "replicating the parameters: %s", ddp_last_error(t->g));
+    if (t->rank != 0)
+        trainer_unwire(t, m->params, params, n);
     double c1 = trainer_now();
     o->zero(&t->b, m->grads, n * sizeof(float));
     model_forward(m, B);
     o->synchronize(&t->b);
     double c2 = trainer_now();
     /* outputs (and targets) to rank 0 */
-    r = ddp_gather(t->g, m->acts[s->n_layers], t->gathered_logits, (size_t)B * (size_t)C, DDP_F32, 0);
+    size_t out = (size_t)B * (size_t)C, gathered = (size_t)t->global_batch * (size_t)C;
+    float *logits = trainer_wire(t, t->outputs_wire, m->acts[s->n_layers], out, true);
+    float *all = trainer_wire(t, t->gathered_wire, t->gathered_logits, gathered, false);
+    r = ddp_gather(t->g, logits, all, out, DDP_F32, 0);
+    if (r == 0 && t->rank == 0)
+        trainer_unwire(t, t->gathered_logits, all, gathered);
     if (r == 0 && s->loss == LOSS_CROSSENTROPY)
         r = ddp_gather(t->g, t->targets_host, t->gathered_targets_host, (size_t)B, DDP_U8, 0);
-    if (r == 0 && s->loss == LOSS_MSE)
-        r = ddp_gather(t->g, t->mse_targets_host, t->gathered_mse_targets, (size_t)B * (size_t)C, DDP_F32, 0);
+    if (r == 0 && s->loss == LOSS_MSE) {
+        all = trainer_wire(t, t->gathered_wire, t->gathered_mse_targets, gathered, false);
+        r = ddp_gather(t->g, t->mse_targets_host, all, out, DDP_F32, 0);
+        if (r == 0 && t->rank == 0)
+            trainer_unwire(t, t->gathered_mse_targets, all, gathered);
+    }
     if (r < 0)
         return trainer_fail(t, r, "gathering outputs on rank 0: %s", ddp_last_error(t->g));
     double c3 = trainer_now();
@@ -66,15 +80,21 @@ int sync_dp_step(trainer *t, int B, double *ret_loss) {
                             t->gathered_mse_targets, t->gathered_dlogits, 1.0f / (float)G);
     }
     double c4 = trainer_now();
-    if ((r = ddp_scatter(t->g, t->gathered_dlogits, t->dlogits, (size_t)B * (size_t)C, DDP_F32, 0)) < 0)
+    all = trainer_wire(t, t->gathered_wire, t->gathered_dlogits, gathered, t->rank == 0);
+    float *dlogits = trainer_wire(t, t->outputs_wire, t->dlogits, out, false);
+    if ((r = ddp_scatter(t->g, all, dlogits, out, DDP_F32, 0)) < 0)
         return trainer_fail(t, r, "scattering output gradients: %s", ddp_last_error(t->g));
+    trainer_unwire(t, t->dlogits, dlogits, out);
     double c5 = trainer_now();
     model_backward(m, t->dlogits, B, NULL, NULL);
     o->synchronize(&t->b);
     double c6 = trainer_now();
     /* dlogits carry 1/G already: the sum over ranks is the whole batch's gradient */
-    if ((r = ddp_reduce(t->g, m->grads, n, DDP_F32, DDP_SUM, 0)) < 0)
+    float *grads = trainer_wire(t, t->grads_wire, m->grads, n, true);
+    if ((r = ddp_reduce(t->g, grads, n, DDP_F32, DDP_SUM, 0)) < 0)
         return trainer_fail(t, r, "reducing gradients onto rank 0: %s", ddp_last_error(t->g));
+    if (t->rank == 0)
+        trainer_unwire(t, m->grads, grads, n);
     double c7 = trainer_now();
     if (t->rank == 0)
         trainer_sgd_step(t);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "worker/checkpoint.h"
 #include "worker/rng.h"
 
@@ -146,6 +147,19 @@ void trainer_sgd_step(trainer *t) {
                        (float)t->opts->momentum, t->step == 0);
 }
 
+float *trainer_wire(trainer *t, float *wire, float *dev, size_t n, bool fill) {
+    if (t->b.ops->host_memory)
+        return dev;
+    if (fill && n)
+        t->b.ops->download(&t->b, wire, dev, n * sizeof(float));
+    return wire;
+}
+
+void trainer_unwire(trainer *t, float *dev, const float *wire, size_t n) {
+    if (wire != dev && n)
+        t->b.ops->upload(&t->b, dev, wire, n * sizeof(float));
+}
+
 /* ---- set-up ------------------------------------------------------------------------- */
 
 static int trainer_parse_mode(const char *name, sync_mode *ret) {
@@ -183,15 +197,61 @@ static void trainer_plan_buckets(trainer *t) {
     }
 }
 
+/* A CUDA error: the device is lost to this process. The job ends naming this rank (ddpd
+ * tells the others at once), and the exit code says it was the device. */
+static void trainer_device_failed(void *ctx, const char *what) {
+    static volatile sig_atomic_t failing;
+    trainer *t = ctx;
+    if (!failing) { /* an error while leaving does not start over */
+        failing = 1;
+        fprintf(stderr, "ddp-worker: rank %d: %s\n", t->rank, what);
+        if (t->g) {
+            ddp_abort(t->g, what);
+            ddp_finalize(t->g);
+            t->g = NULL;
+        }
+    }
+    exit(BACKEND_EXIT_DEVICE_ERROR);
+}
+
+/* "cuda" is LOCAL_RANK's GPU, as torchrun's workers pick theirs; "cuda:K" is GPU K of
+ * those CUDA_VISIBLE_DEVICES leaves. */
+static int trainer_parse_device(trainer *t, const char *dev, int *ret_gpu) {
+    if (!strcmp(dev, "cpu")) {
+        *ret_gpu = -1;
+        return 0;
+    }
+    if (!strcmp(dev, "cuda")) {
+        *ret_gpu = ddp_local_rank(t->g);
+        return 0;
+    }
+    char *end;
+    long k = strncmp(dev, "cuda:", 5) == 0 && dev[5] ? strtol(dev + 5, &end, 10) : -1;
+    if (k < 0 || k > 1023 || *end)
+        return trainer_fail(t, -EINVAL, "--device '%s': use cpu, cuda or cuda:K", dev);
+    *ret_gpu = (int)k;
+    return 0;
+}
+
 static int trainer_open_backend(trainer *t) {
     const char *dev = t->opts->device;
-    if (!strcmp(dev, "cpu")) {
+    int gpu = -1;
+    TRY(trainer_parse_device(t, dev, &gpu));
+    if (gpu < 0) {
         int r = backend_cpu_open(&t->b, t->opts->blas_threads);
         return r < 0 ? trainer_fail(t, r, "cannot start the CPU backend") : 0;
     }
-    if (!strncmp(dev, "cuda", 4))
-        return trainer_fail(t, -ENODEV, "--device %s: this ddp-worker has no CUDA backend; use --device cpu", dev);
-    return trainer_fail(t, -EINVAL, "--device '%s': use cpu, cuda or cuda:K", dev);
+#ifdef DDP_HAVE_CUDA
+    char err[256];
+    int r = backend_cuda_open(&t->b, gpu, trainer_device_failed, t, err, sizeof(err));
+    if (r < 0 && !strcmp(dev, "cuda"))
+        return trainer_fail(t, r, "--device cuda (GPU %d for LOCAL_RANK %d): %s; cuda:K names one GPU for every rank",
+                            gpu, ddp_local_rank(t->g), err);
+    return r < 0 ? trainer_fail(t, r, "--device %s: %s", dev, err) : 0;
+#else
+    return trainer_fail(t, -ENODEV, "--device %s: this ddp-worker was built without the CUDA backend; use --device cpu",
+                        dev);
+#endif
 }
 
 static int trainer_alloc_io(trainer *t) {
@@ -206,6 +266,14 @@ static int trainer_alloc_io(trainer *t) {
     t->dlogits = o->alloc(&t->b, B * C * sizeof(float));
     if (!t->input_host || !t->targets_host || !t->mse_targets_host || !t->targets || !t->mse_targets || !t->dlogits)
         return trainer_fail(t, -ENOMEM, "out of memory for a batch of %zu", B);
+    if (!o->host_memory) {
+        size_t p = s->n_params * sizeof(float);
+        t->params_wire = o->host_alloc(&t->b, p);
+        t->grads_wire = o->host_alloc(&t->b, p);
+        t->outputs_wire = o->host_alloc(&t->b, B * C * sizeof(float));
+        if (!t->params_wire || !t->grads_wire || !t->outputs_wire)
+            return trainer_fail(t, -ENOMEM, "out of memory for %zu bytes of host staging", 2 * p);
+    }
     return 0;
 }
 
@@ -215,12 +283,14 @@ static int trainer_resume(trainer *t) {
     /* Rank 0 reads; everyone gets the same state, as a checkpoint may live on one host only. */
     uint64_t state[4] = {0}; /* 0 resumed, 1 failed, 2 nothing to resume; step, epoch, position */
     int r = 0;
-    float *velocity = m->velocity ? m->velocity : NULL;
+    /* Read into host memory: the tensors' own on the CPU, the staging buffers on a GPU. */
+    float *params = trainer_wire(t, t->params_wire, m->params, s->n_params, false);
+    float *velocity = m->velocity ? trainer_wire(t, t->grads_wire, m->velocity, s->n_params, false) : NULL;
     if (t->rank == 0) {
         checkpoint_info expect = {.n_params = s->n_params}, info = {0};
         snprintf(expect.model, sizeof(expect.model), "%s", s->name);
         char err[512];
-        r = checkpoint_read(t->opts->checkpoint, &expect, &info, m->params, velocity, err, sizeof(err));
+        r = checkpoint_read(t->opts->checkpoint, &expect, &info, params, velocity, err, sizeof(err));
         if (r == -ENOENT) { /* a service's first start: nothing to resume yet */
             printf("ddp-worker: no checkpoint at %s yet: starting from the beginning\n", t->opts->checkpoint);
             info = (checkpoint_info){0};
@@ -251,9 +321,12 @@ static int trainer_resume(trainer *t) {
         return r < 0 ? r : trainer_fail(t, -EINVAL, "--resume: rank 0 could not read %s", t->opts->checkpoint);
     if (state[0] == 2) /* none yet: every rank starts from its (equal) initial parameters */
         return 0;
-    if ((e = ddp_broadcast(t->g, m->params, s->n_params, DDP_F32, 0)) < 0 ||
-        (m->velocity && t->mode != MODE_DP && (e = ddp_broadcast(t->g, m->velocity, s->n_params, DDP_F32, 0)) < 0))
+    if ((e = ddp_broadcast(t->g, params, s->n_params, DDP_F32, 0)) < 0 ||
+        (velocity && t->mode != MODE_DP && (e = ddp_broadcast(t->g, velocity, s->n_params, DDP_F32, 0)) < 0))
         return trainer_fail(t, e, "--resume: %s", ddp_last_error(t->g));
+    trainer_unwire(t, m->params, params, s->n_params);
+    if (velocity)
+        trainer_unwire(t, m->velocity, velocity, s->n_params);
     t->step = state[1];
     t->epoch = state[2];
     t->step_in_epoch = state[3];
@@ -360,8 +433,12 @@ static int trainer_evaluate(trainer *t, double *ret_metric) {
     model *m = &t->m;
     const dataset_split *d = &t->data.test;
     int r;
-    if (t->mode == MODE_DP && (r = ddp_broadcast(t->g, m->params, m->spec.n_params, DDP_F32, 0)) < 0)
-        return trainer_fail(t, r, "evaluating: %s", ddp_last_error(t->g));
+    if (t->mode == MODE_DP) { /* only rank 0 stepped */
+        float *params = trainer_wire(t, t->params_wire, m->params, m->spec.n_params, t->rank == 0);
+        if ((r = ddp_broadcast(t->g, params, m->spec.n_params, DDP_F32, 0)) < 0)
+            return trainer_fail(t, r, "evaluating: %s", ddp_last_error(t->g));
+        trainer_unwire(t, m->params, params, m->spec.n_params);
+    }
     size_t first = d->n * (size_t)t->rank / (size_t)t->world, last = d->n * (size_t)(t->rank + 1) / (size_t)t->world;
     int C = m->spec.sizes[m->spec.n_layers];
     double totals[2] = {0, 0}; /* correct (or summed loss), samples */
@@ -373,9 +450,12 @@ static int trainer_evaluate(trainer *t, double *ret_metric) {
             float losses[4096];
             t->b.ops->upload(&t->b, t->mse_targets, t->toy_test_targets + i * (size_t)C, (size_t)B * C * sizeof(float));
             t->b.ops->mse_forward(&t->b, m->losses, m->acts[m->spec.n_layers], t->mse_targets, B, C);
-            t->b.ops->download(&t->b, losses, m->losses, (size_t)B * sizeof(float));
-            for (int k = 0; k < B; k++)
-                totals[0] += losses[k];
+            for (int done = 0; done < B; done += 4096) {
+                int n = B - done < 4096 ? B - done : 4096;
+                t->b.ops->download(&t->b, losses, m->losses + done, (size_t)n * sizeof(float));
+                for (int k = 0; k < n; k++)
+                    totals[0] += losses[k];
+            }
         } else {
             t->b.ops->upload(&t->b, t->targets, d->y + i, (size_t)B);
             totals[0] += (double)t->b.ops->count_correct(&t->b, m->acts[m->spec.n_layers], t->targets, B, C);
@@ -432,10 +512,23 @@ static void trainer_write_metrics(trainer *t, const char *kind, double loss, dou
             cJSON_AddItemToArray(from, cJSON_CreateNumber((double)received));
         }
     }
+    /* Keyed "cpu" or "cuda:K": what this process allocated there; on a GPU also what the
+     * device reports in use (every process and the CUDA context) and the host staging. */
     cJSON *mem = cJSON_AddObjectToObject(j, "device_memory");
-    cJSON *dev = cJSON_AddObjectToObject(mem, t->b.ops->name);
+    char name[32];
+    if (t->b.device >= 0)
+        snprintf(name, sizeof(name), "%s:%d", t->b.ops->name, t->b.device);
+    else
+        snprintf(name, sizeof(name), "%s", t->b.ops->name);
+    cJSON *dev = cJSON_AddObjectToObject(mem, name);
     cJSON_AddNumberToObject(dev, "current_bytes", (double)t->b.memory.current);
     cJSON_AddNumberToObject(dev, "peak_bytes", (double)t->b.memory.peak);
+    size_t used, total;
+    if (t->b.ops->device_memory(&t->b, &used, &total) == 0) {
+        cJSON_AddNumberToObject(dev, "device_used_bytes", (double)used);
+        cJSON_AddNumberToObject(dev, "device_total_bytes", (double)total);
+        cJSON_AddNumberToObject(dev, "host_staging_bytes", (double)t->b.host.peak);
+    }
     char *text = cJSON_PrintUnformatted(j);
     if (text) {
         fprintf(t->metrics, "%s\n", text);
@@ -605,6 +698,11 @@ void trainer_close(trainer *t) {
         o->release(&t->b, t->gathered_mse_targets, G * (size_t)C * sizeof(float));
         o->release(&t->b, t->gathered_losses, G * sizeof(float));
         o->release(&t->b, t->gathered_probs, G * (size_t)C * sizeof(float));
+        size_t p = t->m.spec.n_params * sizeof(float);
+        o->host_release(&t->b, t->params_wire, p);
+        o->host_release(&t->b, t->grads_wire, p);
+        o->host_release(&t->b, t->outputs_wire, B * (size_t)C * sizeof(float));
+        o->host_release(&t->b, t->gathered_wire, G * (size_t)C * sizeof(float));
         model_close(&t->m);
         backend_close(&t->b);
     }

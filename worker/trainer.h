@@ -68,6 +68,12 @@ typedef struct trainer {
     uint8_t *targets;          /* (local_batch) on the device */
     float *mse_targets;        /* (local_batch, outputs) on the device */
     float *dlogits;            /* (local_batch, outputs) */
+    /* Host staging for what goes on the wire when the backend's tensors are not host
+     * memory (a GPU); NULL on the CPU, where collectives take the tensors themselves. */
+    float *params_wire;        /* (n_params) */
+    float *grads_wire;         /* (n_params) */
+    float *outputs_wire;       /* (local_batch, outputs): dp's logits out, dlogits in */
+    float *gathered_wire;      /* (global_batch, outputs): dp, rank 0 */
     /* dp mode, rank 0 only: DataParallel's extra memory on its first device */
     float *gathered_logits;    /* (global_batch, outputs) */
     float *gathered_dlogits;   /* (global_batch, outputs) */
@@ -114,6 +120,11 @@ double trainer_loss(trainer *t, int B, float *losses, float *probs, const float 
 double trainer_forward_local(trainer *t, int B);
 /* One SGD step with momentum over all parameters, from the gradients in the model. */
 void trainer_sgd_step(trainer *t);
+/* The host memory a collective on n floats of the tensor dev uses: dev itself when the
+ * backend's tensors are host memory, else the staging buffer wire, filled from dev first
+ * when fill. trainer_unwire then copies what the collective wrote back to dev. */
+float *trainer_wire(trainer *t, float *wire, float *dev, size_t n, bool fill);
+void trainer_unwire(trainer *t, float *dev, const float *wire, size_t n);
 double trainer_now(void);
 
 int sync_ddp_setup(trainer *t);

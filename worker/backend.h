@@ -44,7 +44,8 @@ typedef struct {
     void (*upload)(backend *b, void *dst, const void *host, size_t bytes);
     void (*download)(backend *b, void *host, const void *src, size_t bytes);
     /* A copy to a host_alloc buffer after the work queued so far, on a stream of its own
-     * so that it overlaps what is queued next; wait_download(stage) waits for it. */
+     * so that it overlaps what is queued next (which must not write src); wait_download
+     * (stage) waits for it. */
     void (*download_async)(backend *b, void *host, const void *src, size_t bytes, int stage);
     void (*wait_download)(backend *b, int stage);
     void (*zero)(backend *b, void *p, size_t bytes);

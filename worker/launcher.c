@@ -58,7 +58,7 @@ typedef struct {
     bool have_ddpd;
     bool ddpd_stopping; /* we sent it SIGTERM: its exit is expected */
     char endpoint[DDP_MAX_ENDPOINT + 1];
-    char socket_dir[DDP_MAX_ENDPOINT]; /* the ranks' Unix sockets; "" when the user chose */
+    char socket_dir[128]; /* the ranks' Unix sockets; "" when the user chose */
     int devnull;
     struct rlimit files; /* RLIMIT_NOFILE as we found it, for the children */
     bool files_raised;
@@ -561,7 +561,7 @@ typedef struct {
     char **envp;
     size_t n_fixed;
     char world[32], local_world[32], coordinator[DDP_MAX_ENDPOINT + 32], master_addr[DDP_MAX_ENDPOINT + 32],
-        master_port[32], job[DDP_MAX_JOB_NAME + 16], rank[32], local_rank[32], data_endpoint[DDP_MAX_ENDPOINT + 32];
+        master_port[32], job[DDP_MAX_JOB_NAME + 16], rank[32], local_rank[32], data_endpoint[192];
 } rank_env;
 
 static int rank_env_build(rank_env *e, const launcher *l) {

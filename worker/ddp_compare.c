@@ -64,6 +64,7 @@ static const config_spec compare_spec = {
 
 typedef struct {
     double peak_tracked, peak_rss_kb, sent, received;
+    double device_used; /* what the GPU itself reports in use (cudaMemGetInfo); -1 on the CPU */
     double compute_s, comm_s, wait_s;
 } rank_result;
 
@@ -120,8 +121,11 @@ static int collect(const char *out, const char *tag, mode_result *m, int world, 
         if (!e)
             return -EBADMSG;
         rank_result *rr = &m->ranks[r];
-        const cJSON *dev = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "device_memory"), "cpu");
+        /* the one device this rank trained on: "cpu" or "cuda:K" */
+        const cJSON *devices = cJSON_GetObjectItem(e, "device_memory");
+        const cJSON *dev = devices ? devices->child : NULL;
         rr->peak_tracked = number(dev, "peak_bytes");
+        rr->device_used = cJSON_GetObjectItem(dev, "device_used_bytes") ? number(dev, "device_used_bytes") : -1;
         rr->peak_rss_kb = number(e, "peak_rss_kb");
         rr->sent = number(e, "bytes_sent");
         rr->received = number(e, "bytes_received");
@@ -219,6 +223,10 @@ static void write_table(FILE *f, const mode_result *m, int n_modes) {
         for (int k = 0; k < r->world; k++) {
             fmt_bytes(r->ranks[k].peak_tracked, b1, sizeof(b1));
             fprintf(f, "%s%s", k ? ", " : "", b1);
+            if (r->ranks[k].device_used >= 0) { /* a GPU: what the device says is in use */
+                fmt_bytes(r->ranks[k].device_used, b2, sizeof(b2));
+                fprintf(f, " (GPU in use %s)", b2);
+            }
         }
         fprintf(f, " | %.2f | ", r->imbalance);
         for (int k = 0; k < r->world; k++)
@@ -261,6 +269,8 @@ static cJSON *mode_json(const mode_result *r) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "rank", k);
         cJSON_AddNumberToObject(o, "peak_tracked_bytes", x->peak_tracked);
+        if (x->device_used >= 0)
+            cJSON_AddNumberToObject(o, "device_used_bytes", x->device_used);
         cJSON_AddNumberToObject(o, "peak_rss_kb", x->peak_rss_kb);
         cJSON_AddNumberToObject(o, "bytes_sent", x->sent);
         cJSON_AddNumberToObject(o, "bytes_received", x->received);

@@ -2,7 +2,8 @@
 # Prepares build-gpu/ for tests/gpu/run.sh on a GPU machine that has the CUDA toolkit and
 # driver but not this project's Debian packages (ZeroMQ, protobuf-c, OpenBLAS, ...): a
 # Release build with the CUDA backend, the shared libraries its programs load beyond glibc
-# and CUDA, and the Fashion-MNIST files. Run it here, then carry build-gpu/ to the GPU.
+# and CUDA, and the Fashion-MNIST files; packed as build-bundle/ddp-gpu.tgz (about 45 MiB,
+# OpenBLAS is most of it), which run.sh unpacks when build-gpu/ is not there.
 #
 #   tests/gpu/bundle.sh [CUDA_ARCHITECTURES]     (default 90: the H100 and H200)
 set -euo pipefail
@@ -27,4 +28,7 @@ cp -rL /usr/share/datasets/fashion-mnist "$out/fashion-mnist"
 # The build's own paths are absolute: run.sh links this path to wherever the copy lands.
 echo "$repo" > "$out/source-dir"
 find "$out" -name '*.o' -delete
-du -sh "$out"
+find "$out" -depth -type d -name CMakeFiles -exec rm -rf {} +
+mkdir -p "$repo/build-bundle"
+tar -C "$repo" -czf "$repo/build-bundle/ddp-gpu.tgz" build-gpu
+du -sh "$out" "$repo/build-bundle/ddp-gpu.tgz"

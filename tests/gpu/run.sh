@@ -6,12 +6,16 @@
 #
 #   tests/gpu/run.sh [BUILD_DIR]
 #
-# BUILD_DIR (default build-gpu) is a CUDA build: tests/gpu/bundle.sh makes one to carry
-# to a machine without the Debian packages; elsewhere `cmake -S . -B build-gpu
-# -DDDP_CUDA=ON && cmake --build build-gpu` does. Exits 77 without a GPU.
+# BUILD_DIR (default build-gpu) is a CUDA build: tests/gpu/bundle.sh makes one, packed in
+# build-bundle/ for a machine without the Debian packages (unpacked here when build-gpu/
+# is missing); elsewhere `cmake -S . -B build-gpu -DDDP_CUDA=ON && cmake --build
+# build-gpu` does. Exits 77 without a GPU.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-build=$(cd "${1:-$repo/build-gpu}" && pwd)
+if [ -z "${1:-}" ] && [ ! -d "$repo/build-gpu" ] && [ -f "$repo/build-bundle/ddp-gpu.tgz" ]; then
+  tar -C "$repo" -xzf "$repo/build-bundle/ddp-gpu.tgz"
+fi
+build=$(cd "${1:-$repo/build-gpu}" && pwd) || exit 1
 data=/usr/share/datasets/fashion-mnist
 [ -d "$build/fashion-mnist" ] && data=$build/fashion-mnist
 [ -d "$build/deps-lib" ] && export LD_LIBRARY_PATH="$build/deps-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

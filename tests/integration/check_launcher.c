@@ -205,6 +205,25 @@ START_TEST(test_socket_directory_removed) {
 }
 END_TEST
 
+/* ddp_store_set/get through ddpd: a value one rank sets reaches every rank, including
+ * those that asked first; a key nobody sets is a timeout that names it. */
+START_TEST(test_store) {
+    const char *env[] = {"DDP_TIMEOUT_MS=1500", NULL};
+    const char *args[] = {"-n", "3", "--", "member", "--barriers", "0", "--store", "1", NULL};
+    proc p;
+    run_expecting(&p, args, env, 0);
+    for (int r = 0; r < 3; r++) {
+        char line[96];
+        snprintf(line, sizeof(line), "[rank %d] store got 'hello from rank 0' (17 bytes)", r);
+        assert_output_has(&p, line);
+        snprintf(line, sizeof(line), "[rank %d] store_get failed: -%d", r, ETIMEDOUT);
+        assert_output_has(&p, line);
+    }
+    assert_output_has(&p, "'never set'");
+    proc_close(&p);
+}
+END_TEST
+
 START_TEST(test_output_prefixed) {
     const char *script = "echo \"out $RANK\"; echo \"err $RANK\" >&2; printf 'no newline %s' \"$RANK\"";
     const char *args[] = {"-n", "2", "--", "sh", "-c", script, NULL};
@@ -323,6 +342,7 @@ int main(void) {
     tcase_add_test(tc, test_given_coordinator);
     tcase_add_test(tc, test_environment);
     tcase_add_test(tc, test_socket_directory_removed);
+    tcase_add_test(tc, test_store);
     tcase_add_test(tc, test_output_prefixed);
     tcase_add_test(tc, test_private_ddpd_verbose);
     tcase_add_test(tc, test_killed_by_signal);

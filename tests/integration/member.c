@@ -1,10 +1,12 @@
 /* A group member for the integration tests: joins through ddp_init() from the
  * environment (RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT or DDP_COORDINATOR, DDP_JOB),
  * runs barriers and says what happened, one line per event:
- *   member [--barriers N] [--hang-at K]
+ *   member [--barriers N] [--hang-at K] [--store 1]
  *   -> "joined rank R world W generation G pid P endpoint E"
  *   -> "barrier K ok" ... or "barrier K failed: CODE (TEXT): LAST_ERROR"
- * --hang-at K waits forever before barrier K (a member the test will kill). */
+ * --hang-at K waits forever before barrier K (a member the test will kill).
+ * --store 1: rank 0 sets "greeting" after a while, every rank gets it ("store got 'V' (N
+ * bytes)"), then every rank gets a key nobody sets ("store_get failed: ..."). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +15,14 @@
 #include "ddp/ddp.h"
 
 int main(int argc, char **argv) {
-    int barriers = 1, hang_at = -1;
+    int barriers = 1, hang_at = -1, store = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--hang-at") == 0)
             hang_at = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--store") == 0)
+            store = atoi(argv[i + 1]);
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -40,6 +44,22 @@ int main(int argc, char **argv) {
             return 3;
         }
         printf("barrier %d ok\n", k);
+    }
+    if (store) {
+        if (ddp_rank(g) == 0) {
+            usleep(200 * 1000); /* the others are waiting by now */
+            const char greeting[] = "hello from rank 0";
+            if ((r = ddp_store_set(g, "greeting", greeting, sizeof(greeting) - 1)) < 0)
+                printf("store_set failed: %d: %s\n", r, ddp_last_error(g));
+        }
+        char value[64] = "";
+        size_t size = 0;
+        if ((r = ddp_store_get(g, "greeting", value, sizeof(value) - 1, &size)) < 0)
+            printf("store_get failed: %d: %s\n", r, ddp_last_error(g));
+        else
+            printf("store got '%s' (%zu bytes)\n", value, size);
+        if ((r = ddp_store_get(g, "never set", value, sizeof(value), &size)) < 0)
+            printf("store_get failed: %d (%s): %s\n", r, ddp_strerror(r), ddp_last_error(g));
     }
     ddp_finalize(g);
     printf("finalized\n");

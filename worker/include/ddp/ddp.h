@@ -93,6 +93,13 @@ int ddp_wait(ddp_request *req);
 int ddp_ps_push(ddp_group *g, int bucket, const float *grads);
 int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average);
 
+/* The job's key-value store, kept by ddpd (torch.distributed's TCPStore): keys are
+ * printable text of 1 to 512 bytes, values up to 1 MiB. Get waits, at most the group's
+ * timeout, until some rank has set the key; it copies up to size bytes of the value to buf
+ * and sets *ret_size (unless NULL) to its whole size. */
+int ddp_store_set(ddp_group *g, const char *key, const void *value, size_t size);
+int ddp_store_get(ddp_group *g, const char *key, void *buf, size_t size, size_t *ret_size);
+
 /* Tells ddpd how far this rank is (its heartbeats carry it to ddpctl status): a training
  * program calls it after each step. */
 int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s);

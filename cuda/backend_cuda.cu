@@ -11,17 +11,18 @@
 #include <errno.h>
 
 #include "cuda/check.h"
+#include "cuda/impl.h"
 #include "cuda/kernels.h"
 
-namespace {
+cuda_impl *cuda_enter(backend *b) {
+    int current = -1;
+    CUDA_TRY(cudaGetDevice(&current));
+    if (current != b->device)
+        CUDA_TRY(cudaSetDevice(b->device));
+    return static_cast<cuda_impl *>(b->impl);
+}
 
-struct cuda_impl {
-    cudaStream_t compute, copy;
-    cublasHandle_t blas;
-    cudaEvent_t queued;                       /* the compute stream's work so far */
-    cudaEvent_t staged[BACKEND_MAX_STAGES];   /* each stage's copy to the host */
-    unsigned long long *correct;              /* count_correct's counter, on the device */
-};
+namespace {
 
 backend_fatal_fn fatal_fn;
 void *fatal_ctx;
@@ -30,13 +31,8 @@ cuda_impl *impl_of(backend *b) {
     return static_cast<cuda_impl *>(b->impl);
 }
 
-/* Every op runs on its backend's device: a process may drive more than one. */
 cuda_impl *enter(backend *b) {
-    int current = -1;
-    CUDA_TRY(cudaGetDevice(&current));
-    if (current != b->device)
-        CUDA_TRY(cudaSetDevice(b->device));
-    return impl_of(b);
+    return cuda_enter(b);
 }
 
 void *cuda_alloc(backend *b, size_t bytes) {
@@ -209,6 +205,7 @@ void cuda_close(backend *b) {
     if (!c)
         return;
     enter(b);
+    cuda_peer_close(c);
     CUDA_TRY(cudaStreamSynchronize(c->compute));
     CUDA_TRY(cudaStreamSynchronize(c->copy));
     CUDA_TRY(cudaFree(c->correct));
@@ -248,9 +245,19 @@ const backend_ops cuda_ops = {
     .sgd_step = cuda_sgd_step,
     .accumulate = cuda_accumulate,
     .count_correct = cuda_count_correct,
+#ifdef DDP_HAVE_NCCL
+    .peer_id = cuda_peer_id,
+    .peer_join = cuda_peer_join,
+    .peer_all_reduce_avg = cuda_peer_all_reduce_avg,
+    .peer_wait = cuda_peer_wait,
+#endif
 };
 
 } // namespace
+
+#ifndef DDP_HAVE_NCCL
+void cuda_peer_close(cuda_impl *) {} /* nothing to close: no peer_join in this build */
+#endif
 
 void cuda_set_fatal(backend_fatal_fn fatal, void *ctx) {
     fatal_fn = fatal;

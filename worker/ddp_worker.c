@@ -12,6 +12,7 @@
 
 static const char *const modes[] = {"ddp", "dp", "ps", NULL};
 static const char *const samplers[] = {"partition", "global", NULL};
+static const char *const transports[] = {"zmq", "nccl", NULL};
 
 static const config_option worker_table[] = {
     {"config", CONFIG_STRING, 1, 4096, NULL, offsetof(worker_options, config), "read options from an INI file",
@@ -41,6 +42,8 @@ static const config_option worker_table[] = {
     {"device", CONFIG_STRING, 1, 16, "cpu", offsetof(worker_options, device), "cpu, cuda or cuda:K", "DEV"},
     {"bucket-mb", CONFIG_DOUBLE, 0.001, 4096, "25", offsetof(worker_options, bucket_mb),
      "ddp mode: gradient bucket size in MiB", "X"},
+    {"transport", CONFIG_STRING, 1, 16, "zmq", offsetof(worker_options, transport),
+     "ddp mode's gradient all-reduce: zmq (libddp's ring) or nccl (GPU to GPU, --device cuda)", "T", transports},
     {"checkpoint", CONFIG_STRING, 1, 4096, NULL, offsetof(worker_options, checkpoint),
      "rank 0 writes a checkpoint here after every epoch and at the end", "PATH"},
     {"resume", CONFIG_BOOL, 0, 1, NULL, offsetof(worker_options, resume), "continue from --checkpoint"},

@@ -430,6 +430,15 @@ DDP_EXPORT void ddp_finalize(ddp_group *g) {
     group_free(g);
 }
 
+DDP_EXPORT int ddp_job_status(ddp_group *g) {
+    if (!g)
+        return -EINVAL;
+    int code = atomic_load(&g->agent.abort_code);
+    if (!code)
+        return 0;
+    return group_fail(g, code, "%s", g->agent.abort_text);
+}
+
 DDP_EXPORT int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s) {
     if (!g)
         return -EINVAL;

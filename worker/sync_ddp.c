@@ -14,6 +14,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* --transport nccl: rank 0 makes the communicator's id, the job's store hands it out. */
+static int peer_setup(trainer *t) {
+    const backend_ops *o = t->b.ops;
+    char id[BACKEND_PEER_ID_BYTES], err[256];
+    int r;
+    if (t->rank == 0) {
+        if ((r = o->peer_id(&t->b, id, sizeof(id), err, sizeof(err))) < 0)
+            return trainer_fail(t, r, "--transport nccl: %s", err);
+        if ((r = ddp_store_set(t->g, "ddp-worker/nccl-id", id, sizeof(id))) < 0)
+            return trainer_fail(t, r, "--transport nccl: %s", ddp_last_error(t->g));
+    } else if ((r = ddp_store_get(t->g, "ddp-worker/nccl-id", id, sizeof(id), NULL)) < 0)
+        return trainer_fail(t, r, "--transport nccl: %s", ddp_last_error(t->g));
+    int timeout = t->opts->timeout_ms > 0 ? t->opts->timeout_ms : 60000;
+    if ((r = o->peer_join(&t->b, id, sizeof(id), t->rank, t->world, timeout, err, sizeof(err))) < 0)
+        return trainer_fail(t, r, "--transport nccl: %s", err);
+    return 0;
+}
+
 int sync_ddp_setup(trainer *t) {
     const model_spec *s = &t->m.spec;
     float *params = trainer_wire(t, t->params_wire, t->m.params, s->n_params, t->rank == 0);
@@ -21,8 +39,17 @@ int sync_ddp_setup(trainer *t) {
     if (r < 0)
         return trainer_fail(t, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(t->g));
     trainer_unwire(t, t->m.params, params, s->n_params);
-    return 0;
+    return t->peer ? peer_setup(t) : 0;
 }
+
+static int job_ended(void *ctx) {
+    trainer *t = ctx;
+    return ddp_job_status(t->g) != 0;
+}
+
+/* --transport nccl: each bucket is averaged on the devices as its layers finish, on the
+ * backend's peer stream; the optimizer's kernels are queued behind them. */
+static int sync_ddp_step_peer(trainer *t, int B, double *ret_loss);
 
 static void bucket_launch(trainer *t, int k, float *grads) {
     size_t off, count;
@@ -39,7 +66,14 @@ static void on_layer_done(void *ctx, int layer) {
     for (int k = 0; k < t->n_buckets; k++) {
         if (t->bucket_first[k] != layer || t->bucket_error)
             continue;
-        if (!o->host_memory) { /* queued behind this layer's kernels; sent once it lands */
+        if (t->peer) {
+            size_t off, count;
+            char err[256];
+            model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
+            if ((t->bucket_error = o->peer_all_reduce_avg(&t->b, t->m.grads + off, count, err, sizeof(err))) < 0)
+                trainer_fail(t, t->bucket_error, "all-reducing gradients at step %llu: %s",
+                             (unsigned long long)t->step, err);
+        } else if (!o->host_memory) { /* queued behind this layer's kernels; sent once it lands */
             size_t off, count;
             model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
             o->download_async(&t->b, t->grads_wire + off, t->m.grads + off, count * sizeof(float), k);
@@ -53,6 +87,8 @@ static void on_layer_done(void *ctx, int layer) {
 }
 
 int sync_ddp_step(trainer *t, int B, double *ret_loss) {
+    if (t->peer)
+        return sync_ddp_step_peer(t, B, ret_loss);
     model *m = &t->m;
     const backend_ops *o = t->b.ops;
     double t0 = trainer_now();
@@ -94,6 +130,35 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
     t->times.comm_s += t1b - t1;  /* the last bucket's all-reduce, in the open */
     t->times.wait_s += t2 - t1b;  /* async buckets backward did not hide */
     t->times.comm_s += t3 - t2;
+    *ret_loss = loss;
+    return 0;
+}
+
+static int sync_ddp_step_peer(trainer *t, int B, double *ret_loss) {
+    model *m = &t->m;
+    const backend_ops *o = t->b.ops;
+    double t0 = trainer_now();
+    double loss = trainer_forward_local(t, B);
+    t->bucket_error = 0;
+    model_backward(m, t->dlogits, B, on_layer_done, t);
+    if (t->bucket_error) /* trainer_fail has said why */
+        return t->bucket_error;
+    double t1 = trainer_now(); /* backward is queued; the GPU and NCCL are at work */
+    char err[256];
+    int timeout = t->opts->timeout_ms > 0 ? t->opts->timeout_ms : 60000;
+    int r = o->peer_wait(&t->b, timeout, job_ended, t, err, sizeof(err));
+    if (r < 0) {
+        if (r == -ECONNABORTED) /* ddpd's reason names the rank that ended the job */
+            return trainer_fail(t, ddp_job_status(t->g), "all-reducing gradients at step %llu: %s",
+                                (unsigned long long)t->step, ddp_last_error(t->g));
+        return trainer_fail(t, r, "all-reducing gradients at step %llu: %s", (unsigned long long)t->step, err);
+    }
+    double t2 = trainer_now();
+    trainer_sgd_step(t);
+    o->synchronize(&t->b);
+    double t3 = trainer_now();
+    t->times.compute_s += (t1 - t0) + (t3 - t2);
+    t->times.comm_s += t2 - t1; /* the rest of backward and the all-reduces, overlapped */
     *ret_loss = loss;
     return 0;
 }

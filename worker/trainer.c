@@ -382,6 +382,14 @@ int trainer_open(trainer *t, const worker_options *o) {
 
     if ((r = trainer_open_backend(t)) < 0)
         return r;
+    if (!strcmp(o->transport, "nccl")) {
+        if (t->mode != MODE_DDP)
+            return trainer_fail(t, -EINVAL, "--transport nccl: only --mode ddp all-reduces between peers");
+        if (!t->b.ops->peer_all_reduce_avg)
+            return trainer_fail(t, -ENOTSUP, "--transport nccl: needs --device cuda and a build with NCCL (this %s)",
+                                t->b.device >= 0 ? "build has none" : "is the CPU");
+        t->peer = true;
+    }
     /* In dp mode only rank 0 steps, so only it holds the velocity. */
     bool velocity = t->mode != MODE_DP || t->rank == 0;
     if ((r = model_open(&t->m, &spec, &t->b, t->local_batch, velocity)) < 0)

@@ -36,6 +36,7 @@ typedef struct {
     int seed;
     char *device;
     double bucket_mb;
+    char *transport;
     char *checkpoint;
     bool resume;
     char *metrics;
@@ -94,6 +95,7 @@ typedef struct trainer {
     unsigned long long bucket_count[MODEL_MAX_LAYERS]; /* elements */
     ddp_request *bucket_req[MODEL_MAX_LAYERS];
     int bucket_error;
+    bool peer;                 /* ddp mode, --transport nccl: the backend all-reduces on the device */
     FILE *metrics;
     char error[768];           /* what went wrong, for the caller to print */
 } trainer;

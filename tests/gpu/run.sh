@@ -61,6 +61,9 @@ for mode in dp ps; do
   r=$(worker 2 --model mlp --steps 50 --mode "$mode" --device cuda:0) || cat "$out/stderr"
   say "mlp 50 steps, 2 workers $mode on the GPU: ${r:+ok, test accuracy $(echo "$r" | field test_acc)}${r:-FAILED}"
 done
+# NCCL will not put two ranks on one GPU: one rank, to run the communicator's whole path.
+r=$(worker 1 --model mlp --steps 50 --mode ddp --device cuda:0 --transport nccl) || cat "$out/stderr"
+say "mlp 50 steps, 1 worker ddp --transport nccl: ${r:+ok, test accuracy $(echo "$r" | field test_acc)}${r:-FAILED}"
 if "$build/bin/ddp-run" -n 1 -- ddp-worker --data "$data" --steps 1 --device cuda:99 >"$out/bad" 2>&1; then
   say "--device cuda:99: FAILED (it ran)"
 else

@@ -178,6 +178,11 @@ START_TEST(test_bad_inputs) {
         {"classes", {"--model", "64-16-7"}, 1, "has 7 outputs but"},
         {"inputs", {"--model", "784-10"}, 1, "takes 784 inputs but the images in"},
         {"data", {"--data", "/nonexistent-dir"}, 1, "/nonexistent-dir"},
+        {"device", {"--device", "tpu"}, 1, "--device 'tpu': use cpu, cuda or cuda:K"},
+        /* no such GPU, whether this build has CUDA and this machine a GPU or not */
+        {"gpu", {"--device", "cuda:1000"}, 1, "--device cuda:1000: "},
+        {"transport", {"--transport", "nccl"}, 1, "--transport nccl: needs --device cuda"},
+        {"transport mode", {"--transport", "nccl", "--mode", "ps"}, 1, "--transport nccl: only --mode ddp"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         proc p;

@@ -100,6 +100,11 @@ int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average);
 int ddp_store_set(ddp_group *g, const char *key, const void *value, size_t size);
 int ddp_store_get(ddp_group *g, const char *key, void *buf, size_t size, size_t *ret_size);
 
+/* 0 while the job runs; once ddpd has ended it (a rank died or aborted), the negative
+ * code that ended it, with ddp_last_error() saying why. For waits outside libddp (an NCCL
+ * collective, a GPU kernel) to give up in time instead of at their own timeout. */
+int ddp_job_status(ddp_group *g);
+
 /* Tells ddpd how far this rank is (its heartbeats carry it to ddpctl status): a training
  * program calls it after each step. */
 int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s);

@@ -225,11 +225,10 @@ static int trainer_parse_device(trainer *t, const char *dev, int *ret_gpu) {
         *ret_gpu = ddp_local_rank(t->g);
         return 0;
     }
-    char *end;
-    long k = strncmp(dev, "cuda:", 5) == 0 && dev[5] ? strtol(dev + 5, &end, 10) : -1;
-    if (k < 0 || k > 1023 || *end)
+    size_t digits = strncmp(dev, "cuda:", 5) == 0 ? strspn(dev + 5, "0123456789") : 0;
+    if (digits == 0 || digits > 4 || dev[5 + digits])
         return trainer_fail(t, -EINVAL, "--device '%s': use cpu, cuda or cuda:K", dev);
-    *ret_gpu = (int)k;
+    *ret_gpu = atoi(dev + 5);
     return 0;
 }
 

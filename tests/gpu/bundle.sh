@@ -16,11 +16,12 @@ cmake -S "$repo" -B "$out" -DCMAKE_BUILD_TYPE=Release -DDDP_CUDA=ON -DDDP_WERROR
 cmake --build "$out" -j"$(nproc)"
 
 # What the programs load that a CUDA machine may lack: everything but glibc, the compiler's
-# runtime and CUDA's own libraries, which must come from that machine's driver and toolkit.
+# runtime and CUDA's own libraries (cudart, cuBLAS, NCCL: hundreds of MiB), which must come
+# from that machine's driver and toolkit (run.sh also looks for pip's NCCL).
 rm -rf "$out/deps-lib" && mkdir -p "$out/deps-lib"
 for f in "$out"/bin/*; do ldd "$f" 2>/dev/null || true; done |
   awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
-  grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so' |
+  grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so' |
   while read -r lib; do cp -L "$lib" "$out/deps-lib/"; done
 
 rm -rf "$out/fashion-mnist"

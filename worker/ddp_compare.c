@@ -121,10 +121,13 @@ static int collect(const char *out, const char *tag, mode_result *m, int world, 
         if (!e)
             return -EBADMSG;
         rank_result *rr = &m->ranks[r];
-        /* the one device this rank trained on: "cpu" or "cuda:K" */
+        /* the devices this rank trained on ("cpu", "cuda:K"; two with --devices): their
+         * tracked peaks add up; the GPU's own figure is the first one's */
         const cJSON *devices = cJSON_GetObjectItem(e, "device_memory");
         const cJSON *dev = devices ? devices->child : NULL;
-        rr->peak_tracked = number(dev, "peak_bytes");
+        rr->peak_tracked = 0;
+        for (const cJSON *d = dev; d; d = d->next)
+            rr->peak_tracked += number(d, "peak_bytes");
         rr->device_used = cJSON_GetObjectItem(dev, "device_used_bytes") ? number(dev, "device_used_bytes") : -1;
         rr->peak_rss_kb = number(e, "peak_rss_kb");
         rr->sent = number(e, "bytes_sent");

@@ -40,6 +40,8 @@ static const config_option worker_table[] = {
     {"seed", CONFIG_INT, 0, 2147483647, "1234", offsetof(worker_options, seed),
      "seed of the initial parameters and the data order", "S"},
     {"device", CONFIG_STRING, 1, 16, "cpu", offsetof(worker_options, device), "cpu, cuda or cuda:K", "DEV"},
+    {"devices", CONFIG_STRING, 1, 33, NULL, offsetof(worker_options, devices),
+     "model parallel: the first half of the layers on A, the rest on B (0,1 or cuda:0,cuda:1; cpu,cpu)", "A,B"},
     {"bucket-mb", CONFIG_DOUBLE, 0.001, 4096, "25", offsetof(worker_options, bucket_mb),
      "ddp mode: gradient bucket size in MiB", "X"},
     {"transport", CONFIG_STRING, 1, 16, "zmq", offsetof(worker_options, transport),

@@ -34,11 +34,11 @@ static int peer_setup(trainer *t) {
 
 int sync_ddp_setup(trainer *t) {
     const model_spec *s = &t->m.spec;
-    float *params = trainer_wire(t, t->params_wire, t->m.params, s->n_params, t->rank == 0);
+    float *params = trainer_block_wire(t, MODEL_PARAMS, t->params_wire, t->rank == 0);
     int r = ddp_broadcast(t->g, params, s->n_params, DDP_F32, 0);
     if (r < 0)
         return trainer_fail(t, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(t->g));
-    trainer_unwire(t, t->m.params, params, s->n_params);
+    trainer_block_unwire(t, MODEL_PARAMS, params);
     return t->peer ? peer_setup(t) : 0;
 }
 
@@ -51,12 +51,34 @@ static int job_ended(void *ctx) {
  * backend's peer stream; the optimizer's kernels are queued behind them. */
 static int sync_ddp_step_peer(trainer *t, int B, double *ret_loss);
 
+static void bucket_range(const trainer *t, int k, size_t *ret_offset, size_t *ret_count) {
+    model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], ret_offset, ret_count);
+}
+
 static void bucket_launch(trainer *t, int k, float *grads) {
     size_t off, count;
-    model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
+    bucket_range(t, k, &off, &count);
     t->bucket_error = ddp_all_reduce_async(t->g, grads + off, count, DDP_F32, DDP_AVG, &t->bucket_req[k]);
     if (t->bucket_error)
         t->bucket_req[k] = NULL;
+}
+
+/* Queues bucket k's copy to the host staging behind the kernels that made it, on the
+ * device that holds it; bucket_wait_staged waits for it to land. */
+void sync_bucket_stage(trainer *t, int k) {
+    size_t off, count;
+    backend *b;
+    bucket_range(t, k, &off, &count);
+    const float *src = model_block_at(&t->m, MODEL_GRADS, off, &b);
+    b->ops->download_async(b, t->grads_wire + off, src, count * sizeof(float), k);
+}
+
+void sync_bucket_wait_staged(trainer *t, int k) {
+    size_t off, count;
+    backend *b;
+    bucket_range(t, k, &off, &count);
+    model_block_at(&t->m, MODEL_GRADS, off, &b);
+    b->ops->wait_download(b, k);
 }
 
 /* Called by backward as each layer's gradients complete: launch the bucket it finishes. */
@@ -69,15 +91,13 @@ static void on_layer_done(void *ctx, int layer) {
         if (t->peer) {
             size_t off, count;
             char err[256];
-            model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
+            bucket_range(t, k, &off, &count);
             if ((t->bucket_error = o->peer_all_reduce_avg(&t->b, t->m.grads + off, count, err, sizeof(err))) < 0)
                 trainer_fail(t, t->bucket_error, "all-reducing gradients at step %llu: %s",
                              (unsigned long long)t->step, err);
-        } else if (!o->host_memory) { /* queued behind this layer's kernels; sent once it lands */
-            size_t off, count;
-            model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
-            o->download_async(&t->b, t->grads_wire + off, t->m.grads + off, count * sizeof(float), k);
-        } else if (layer > 0)
+        } else if (!trainer_direct(t)) /* queued behind this layer's kernels; sent once it lands */
+            sync_bucket_stage(t, k);
+        else if (layer > 0)
             /* The bucket of the first layers completes with backward itself: nothing is
              * left to overlap it with, so sync_ddp_step runs it on this thread, sparing two
              * hand-offs to the communication thread while the other core is busy with the
@@ -90,25 +110,26 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
     if (t->peer)
         return sync_ddp_step_peer(t, B, ret_loss);
     model *m = &t->m;
-    const backend_ops *o = t->b.ops;
     double t0 = trainer_now();
     double loss = trainer_forward_local(t, B);
     t->bucket_error = 0;
     memset(t->bucket_req, 0, sizeof(t->bucket_req));
     model_backward(m, t->dlogits, B, on_layer_done, t);
     int last = t->n_buckets - 1;
-    float *grads = trainer_wire(t, t->grads_wire, m->grads, m->spec.n_params, false);
-    if (!o->host_memory) /* every bucket but the last to the communication thread as it lands */
+    bool direct = trainer_direct(t);
+    float *grads = trainer_block_wire(t, MODEL_GRADS, t->grads_wire, false);
+    if (!direct) /* every bucket but the last to the communication thread as it lands */
         for (int k = 0; k < last && !t->bucket_error; k++) {
-            o->wait_download(&t->b, k);
+            sync_bucket_wait_staged(t, k);
             bucket_launch(t, k, grads);
         }
     double t1 = trainer_now();
     int r = t->bucket_error;
     if (r == 0) { /* the last bucket: layers 0.. (after the async ones, in order) */
         size_t off, count;
-        model_layer_range(&m->spec, t->bucket_first[last], t->bucket_last[last], &off, &count);
-        o->wait_download(&t->b, last);
+        bucket_range(t, last, &off, &count);
+        if (!direct)
+            sync_bucket_wait_staged(t, last);
         r = ddp_all_reduce(t->g, grads + off, count, DDP_F32, DDP_AVG);
     }
     double t1b = trainer_now(); /* communication: the last bucket; waiting: what async ones left */
@@ -121,10 +142,10 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
     if (r < 0)
         return trainer_fail(t, r, "all-reducing gradients at step %llu: %s", (unsigned long long)t->step,
                             ddp_last_error(t->g));
-    trainer_unwire(t, m->grads, grads, m->spec.n_params);
+    trainer_block_unwire(t, MODEL_GRADS, grads);
     double t3 = trainer_now();
     trainer_sgd_step(t);
-    o->synchronize(&t->b);
+    trainer_synchronize(t);
     double t4 = trainer_now();
     t->times.compute_s += (t1 - t0) + (t4 - t3);
     t->times.comm_s += t1b - t1;  /* the last bucket's all-reduce, in the open */

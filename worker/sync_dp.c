@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Rank 0's extra buffers live with its outputs, on the (last) device that computes the loss. */
 static void *dp_alloc(trainer *t, size_t bytes) {
-    return t->b.ops->alloc(&t->b, bytes);
+    return t->m.b->ops->alloc(t->m.b, bytes);
 }
 
 int sync_dp_setup(trainer *t) {
@@ -27,7 +28,7 @@ int sync_dp_setup(trainer *t) {
     t->gathered_probs = dp_alloc(t, out * sizeof(float));
     if (t->m.spec.loss == LOSS_MSE)
         t->gathered_mse_targets = dp_alloc(t, out * sizeof(float));
-    if (!t->b.ops->host_memory && !(t->gathered_wire = t->b.ops->host_alloc(&t->b, out * sizeof(float))))
+    if (!t->m.b->ops->host_memory && !(t->gathered_wire = t->m.b->ops->host_alloc(t->m.b, out * sizeof(float))))
         return trainer_fail(t, -ENOMEM, "out of memory for rank 0's gathered outputs");
     if (!t->gathered_logits || !t->gathered_dlogits || !t->gathered_targets || !t->gathered_targets_host ||
         !t->gathered_losses || !t->gathered_probs ||
@@ -38,21 +39,20 @@ int sync_dp_setup(trainer *t) {
 
 int sync_dp_step(trainer *t, int B, double *ret_loss) {
     model *m = &t->m;
-    const backend_ops *o = t->b.ops;
     const model_spec *s = &m->spec;
     int C = s->sizes[s->n_layers], r;
     size_t n = s->n_params;
     double c0 = trainer_now();
     /* replicate */
-    float *params = trainer_wire(t, t->params_wire, m->params, n, t->rank == 0);
+    float *params = trainer_block_wire(t, MODEL_PARAMS, t->params_wire, t->rank == 0);
     if ((r = ddp_broadcast(t->g, params, n, DDP_F32, 0)) < 0)
         return trainer_fail(t, r, "replicating the parameters: %s", ddp_last_error(t->g));
     if (t->rank != 0)
-        trainer_unwire(t, m->params, params, n);
+        trainer_block_unwire(t, MODEL_PARAMS, params);
     double c1 = trainer_now();
-    o->zero(&t->b, m->grads, n * sizeof(float));
+    model_zero_grads(m);
     model_forward(m, B);
-    o->synchronize(&t->b);
+    trainer_synchronize(t);
     double c2 = trainer_now();
     /* outputs (and targets) to rank 0 */
     size_t out = (size_t)B * (size_t)C, gathered = (size_t)t->global_batch * (size_t)C;
@@ -75,7 +75,7 @@ int sync_dp_step(trainer *t, int B, double *ret_loss) {
     double loss = 0;
     if (t->rank == 0) { /* the loss of the whole batch, on the first device */
         int G = t->global_batch;
-        o->upload(&t->b, t->gathered_targets, t->gathered_targets_host, (size_t)G);
+        m->b->ops->upload(m->b, t->gathered_targets, t->gathered_targets_host, (size_t)G);
         loss = trainer_loss(t, G, t->gathered_losses, t->gathered_probs, t->gathered_logits, t->gathered_targets,
                             t->gathered_mse_targets, t->gathered_dlogits, 1.0f / (float)G);
     }
@@ -87,18 +87,18 @@ int sync_dp_step(trainer *t, int B, double *ret_loss) {
     trainer_unwire(t, t->dlogits, dlogits, out);
     double c5 = trainer_now();
     model_backward(m, t->dlogits, B, NULL, NULL);
-    o->synchronize(&t->b);
+    trainer_synchronize(t);
     double c6 = trainer_now();
     /* dlogits carry 1/G already: the sum over ranks is the whole batch's gradient */
-    float *grads = trainer_wire(t, t->grads_wire, m->grads, n, true);
+    float *grads = trainer_block_wire(t, MODEL_GRADS, t->grads_wire, true);
     if ((r = ddp_reduce(t->g, grads, n, DDP_F32, DDP_SUM, 0)) < 0)
         return trainer_fail(t, r, "reducing gradients onto rank 0: %s", ddp_last_error(t->g));
     if (t->rank == 0)
-        trainer_unwire(t, m->grads, grads, n);
+        trainer_block_unwire(t, MODEL_GRADS, grads);
     double c7 = trainer_now();
     if (t->rank == 0)
         trainer_sgd_step(t);
-    o->synchronize(&t->b);
+    trainer_synchronize(t);
     double c8 = trainer_now();
     /* everyone reports the loss rank 0 computed */
     if ((r = ddp_broadcast(t->g, &loss, 1, DDP_F64, 0)) < 0)

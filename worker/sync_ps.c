@@ -10,11 +10,11 @@ int sync_ps_setup(trainer *t) {
     /* The same seed gives every rank the same parameters; broadcast anyway, as in ddp
      * mode, so that a rank that resumed differently cannot drift. */
     size_t n = t->m.spec.n_params;
-    float *params = trainer_wire(t, t->params_wire, t->m.params, n, t->rank == 0);
+    float *params = trainer_block_wire(t, MODEL_PARAMS, t->params_wire, t->rank == 0);
     int r = ddp_broadcast(t->g, params, n, DDP_F32, 0);
     if (r < 0)
         return trainer_fail(t, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(t->g));
-    trainer_unwire(t, t->m.params, params, n);
+    trainer_block_unwire(t, MODEL_PARAMS, params);
     return 0;
 }
 
@@ -22,33 +22,31 @@ int sync_ps_setup(trainer *t) {
  * behind its layers' kernels, and pushed once sync_ps_step has queued all of backward. */
 static void on_layer_done(void *ctx, int layer) {
     trainer *t = ctx;
-    const backend_ops *o = t->b.ops;
     for (int k = 0; k < t->n_buckets; k++)
         if (t->bucket_first[k] == layer && !t->bucket_error) {
             size_t off, count;
             model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
-            if (o->host_memory)
+            if (trainer_direct(t))
                 t->bucket_error = ddp_ps_push(t->g, k, t->m.grads + off);
             else
-                o->download_async(&t->b, t->grads_wire + off, t->m.grads + off, count * sizeof(float), k);
+                sync_bucket_stage(t, k);
         }
 }
 
 int sync_ps_step(trainer *t, int B, double *ret_loss) {
     model *m = &t->m;
-    const backend_ops *o = t->b.ops;
     double t0 = trainer_now();
     double loss = trainer_forward_local(t, B);
     t->bucket_error = 0;
     model_backward(m, t->dlogits, B, on_layer_done, t);
-    float *grads = trainer_wire(t, t->grads_wire, m->grads, m->spec.n_params, false);
-    for (int k = 0; k < t->n_buckets && !o->host_memory && !t->bucket_error; k++) {
+    float *grads = trainer_block_wire(t, MODEL_GRADS, t->grads_wire, false);
+    for (int k = 0; k < t->n_buckets && !trainer_direct(t) && !t->bucket_error; k++) {
         size_t off, count;
         model_layer_range(&m->spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
-        o->wait_download(&t->b, k);
+        sync_bucket_wait_staged(t, k);
         t->bucket_error = ddp_ps_push(t->g, k, grads + off);
     }
-    o->synchronize(&t->b);
+    trainer_synchronize(t);
     double t1 = trainer_now();
     int r = t->bucket_error;
     for (int k = 0; k < t->n_buckets && r == 0; k++) {
@@ -60,9 +58,9 @@ int sync_ps_step(trainer *t, int B, double *ret_loss) {
     if (r < 0)
         return trainer_fail(t, r, "exchanging gradients with ddpd at step %llu: %s", (unsigned long long)t->step,
                             ddp_last_error(t->g));
-    trainer_unwire(t, m->grads, grads, m->spec.n_params);
+    trainer_block_unwire(t, MODEL_GRADS, grads);
     trainer_sgd_step(t);
-    o->synchronize(&t->b);
+    trainer_synchronize(t);
     double t3 = trainer_now();
     t->times.compute_s += (t1 - t0) + (t3 - t2);
     t->times.comm_s += t2 - t1; /* pulling the averages: ddpd's reduction and the transfer */

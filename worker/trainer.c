@@ -104,29 +104,30 @@ void trainer_load_batch(trainer *t, const uint32_t *indices, size_t count) {
         if (t->toy_targets)
             memcpy(t->mse_targets_host + i * (size_t)C, t->toy_targets + (size_t)indices[i] * C, (size_t)C * sizeof(float));
     }
-    const backend_ops *o = t->b.ops;
-    o->upload(&t->b, t->m.acts[0], t->input_host, count * d->dim * sizeof(float));
-    o->upload(&t->b, t->targets, t->targets_host, count);
+    t->b.ops->upload(&t->b, t->m.acts[0], t->input_host, count * d->dim * sizeof(float));
+    backend *out = t->m.b; /* where the loss is computed */
+    out->ops->upload(out, t->targets, t->targets_host, count);
     if (t->toy_targets)
-        o->upload(&t->b, t->mse_targets, t->mse_targets_host, count * (size_t)C * sizeof(float));
+        out->ops->upload(out, t->mse_targets, t->mse_targets_host, count * (size_t)C * sizeof(float));
 }
 
 double trainer_loss(trainer *t, int B, float *losses, float *probs, const float *logits, const uint8_t *targets,
                     const float *mse_targets, float *dlogits, float scale) {
-    const backend_ops *o = t->b.ops;
+    backend *b = t->m.b;
+    const backend_ops *o = b->ops;
     int C = t->m.spec.sizes[t->m.spec.n_layers];
     if (t->m.spec.loss == LOSS_MSE) {
-        o->mse_forward(&t->b, losses, logits, mse_targets, B, C);
-        o->mse_backward(&t->b, dlogits, logits, mse_targets, scale, B, C);
+        o->mse_forward(b, losses, logits, mse_targets, B, C);
+        o->mse_backward(b, dlogits, logits, mse_targets, scale, B, C);
     } else {
-        o->crossentropy_forward(&t->b, losses, probs, logits, targets, B, C);
-        o->crossentropy_backward(&t->b, dlogits, probs, targets, scale, B, C);
+        o->crossentropy_forward(b, losses, probs, logits, targets, B, C);
+        o->crossentropy_backward(b, dlogits, probs, targets, scale, B, C);
     }
     float host[4096];
     double sum = 0;
     for (int done = 0; done < B; done += 4096) { /* the mean of the batch's losses, on the host */
         int n = B - done < 4096 ? B - done : 4096;
-        o->download(&t->b, host, losses + done, (size_t)n * sizeof(float));
+        o->download(b, host, losses + done, (size_t)n * sizeof(float));
         for (int i = 0; i < n; i++)
             sum += host[i];
     }
@@ -135,29 +136,50 @@ double trainer_loss(trainer *t, int B, float *losses, float *probs, const float 
 
 double trainer_forward_local(trainer *t, int B) {
     model *m = &t->m;
-    t->b.ops->zero(&t->b, m->grads, m->spec.n_params * sizeof(float));
+    model_zero_grads(m);
     model_forward(m, B);
     return trainer_loss(t, B, m->losses, m->probs, m->acts[m->spec.n_layers], t->targets, t->mse_targets, t->dlogits,
                         1.0f / (float)B);
 }
 
 void trainer_sgd_step(trainer *t) {
-    model *m = &t->m;
-    t->b.ops->sgd_step(&t->b, m->params, m->velocity, m->grads, m->spec.n_params, (float)t->opts->lr,
-                       (float)t->opts->momentum, t->step == 0);
+    model_sgd_step(&t->m, (float)t->opts->lr, (float)t->opts->momentum, t->step == 0);
+}
+
+void trainer_synchronize(trainer *t) {
+    for (int i = 0; i < t->m.n_stages; i++)
+        t->m.stages[i].b->ops->synchronize(t->m.stages[i].b);
+}
+
+bool trainer_direct(const trainer *t) {
+    return t->m.n_stages == 1 && t->b.ops->host_memory;
 }
 
 float *trainer_wire(trainer *t, float *wire, float *dev, size_t n, bool fill) {
-    if (t->b.ops->host_memory)
+    backend *b = t->m.b;
+    if (b->ops->host_memory)
         return dev;
     if (fill && n)
-        t->b.ops->download(&t->b, wire, dev, n * sizeof(float));
+        b->ops->download(b, wire, dev, n * sizeof(float));
     return wire;
 }
 
 void trainer_unwire(trainer *t, float *dev, const float *wire, size_t n) {
     if (wire != dev && n)
-        t->b.ops->upload(&t->b, dev, wire, n * sizeof(float));
+        t->m.b->ops->upload(t->m.b, dev, wire, n * sizeof(float));
+}
+
+float *trainer_block_wire(trainer *t, model_block which, float *wire, bool fill) {
+    if (trainer_direct(t))
+        return model_block_at(&t->m, which, 0, NULL);
+    if (fill)
+        model_download_block(&t->m, which, wire);
+    return wire;
+}
+
+void trainer_block_unwire(trainer *t, model_block which, const float *wire) {
+    if (!trainer_direct(t))
+        model_upload_block(&t->m, which, wire);
 }
 
 /* ---- set-up ------------------------------------------------------------------------- */
@@ -186,7 +208,8 @@ static void trainer_plan_buckets(trainer *t) {
         size_t off, count, next_count = 0;
         if (l > 0)
             model_layer_range(s, l - 1, last, &off, &next_count);
-        if (l == 0 || next_count * sizeof(float) > limit) {
+        /* with --devices, a bucket stays on one device: the second stage starts a bucket */
+        if (l == 0 || next_count * sizeof(float) > limit || l == t->split_layer) {
             model_layer_range(s, l, last, &off, &count);
             t->bucket_first[t->n_buckets] = l;
             t->bucket_last[t->n_buckets] = last;
@@ -232,44 +255,68 @@ static int trainer_parse_device(trainer *t, const char *dev, int *ret_gpu) {
     return 0;
 }
 
-static int trainer_open_backend(trainer *t) {
-    const char *dev = t->opts->device;
+static int trainer_open_device(trainer *t, backend *b, const char *dev, const char *flag) {
     int gpu = -1;
     TRY(trainer_parse_device(t, dev, &gpu));
     if (gpu < 0) {
-        int r = backend_cpu_open(&t->b, t->opts->blas_threads);
+        int r = backend_cpu_open(b, t->opts->blas_threads);
         return r < 0 ? trainer_fail(t, r, "cannot start the CPU backend") : 0;
     }
 #ifdef DDP_HAVE_CUDA
     char err[256];
-    int r = backend_cuda_open(&t->b, gpu, trainer_device_failed, t, err, sizeof(err));
+    int r = backend_cuda_open(b, gpu, trainer_device_failed, t, err, sizeof(err));
     if (r < 0 && !strcmp(dev, "cuda"))
-        return trainer_fail(t, r, "--device cuda (GPU %d for LOCAL_RANK %d): %s; cuda:K names one GPU for every rank",
+        return trainer_fail(t, r, "%s cuda (GPU %d for LOCAL_RANK %d): %s; cuda:K names one GPU for every rank", flag,
                             gpu, ddp_local_rank(t->g), err);
-    return r < 0 ? trainer_fail(t, r, "--device %s: %s", dev, err) : 0;
+    return r < 0 ? trainer_fail(t, r, "%s %s: %s", flag, dev, err) : 0;
 #else
+    (void)flag;
     return trainer_fail(t, -ENODEV, "--device %s: this ddp-worker was built without the CUDA backend; use --device cpu",
                         dev);
 #endif
 }
 
+/* --devices A,B: model parallel, the first half of the layers on A, the rest on B (each
+ * cpu, cuda:K, or a bare GPU number K); else one --device. */
+static int trainer_open_backends(trainer *t) {
+    const char *list = t->opts->devices;
+    if (!list)
+        return trainer_open_device(t, &t->b, t->opts->device, "--device");
+    char devs[2][24];
+    const char *comma = strchr(list, ',');
+    size_t first = comma ? (size_t)(comma - list) : 0;
+    if (!comma || strchr(comma + 1, ',') || first == 0 || first >= 16 || !comma[1] || strlen(comma + 1) >= 16)
+        return trainer_fail(t, -EINVAL, "--devices '%s': name two devices, as in 0,1 or cuda:0,cuda:1", list);
+    snprintf(devs[0], sizeof(devs[0]), "%.*s", (int)first, list);
+    snprintf(devs[1], sizeof(devs[1]), "%s", comma + 1);
+    for (int i = 0; i < 2; i++)
+        if (strspn(devs[i], "0123456789") == strlen(devs[i])) { /* a bare number: that GPU */
+            char number[16];
+            snprintf(number, sizeof(number), "%.15s", devs[i]);
+            snprintf(devs[i], sizeof(devs[i]), "cuda:%s", number);
+        }
+    TRY(trainer_open_device(t, &t->b, devs[0], "--devices"));
+    return trainer_open_device(t, &t->b_split, devs[1], "--devices");
+}
+
 static int trainer_alloc_io(trainer *t) {
     const model_spec *s = &t->m.spec;
     size_t B = (size_t)t->local_batch, in = (size_t)s->sizes[0], C = (size_t)s->sizes[s->n_layers];
-    const backend_ops *o = t->b.ops;
+    backend *out = t->m.b; /* the loss's inputs live with the outputs */
+    const backend_ops *o = out->ops;
     t->input_host = malloc(B * in * sizeof(float));
     t->targets_host = calloc(B, 1);
     t->mse_targets_host = malloc(B * C * sizeof(float));
-    t->targets = o->alloc(&t->b, B);
-    t->mse_targets = o->alloc(&t->b, B * C * sizeof(float));
-    t->dlogits = o->alloc(&t->b, B * C * sizeof(float));
+    t->targets = o->alloc(out, B);
+    t->mse_targets = o->alloc(out, B * C * sizeof(float));
+    t->dlogits = o->alloc(out, B * C * sizeof(float));
     if (!t->input_host || !t->targets_host || !t->mse_targets_host || !t->targets || !t->mse_targets || !t->dlogits)
         return trainer_fail(t, -ENOMEM, "out of memory for a batch of %zu", B);
-    if (!o->host_memory) {
+    if (!trainer_direct(t)) { /* staging, on the host, counted with the output device */
         size_t p = s->n_params * sizeof(float);
-        t->params_wire = o->host_alloc(&t->b, p);
-        t->grads_wire = o->host_alloc(&t->b, p);
-        t->outputs_wire = o->host_alloc(&t->b, B * C * sizeof(float));
+        t->params_wire = o->host_alloc(out, p);
+        t->grads_wire = o->host_alloc(out, p);
+        t->outputs_wire = o->host_alloc(out, B * C * sizeof(float));
         if (!t->params_wire || !t->grads_wire || !t->outputs_wire)
             return trainer_fail(t, -ENOMEM, "out of memory for %zu bytes of host staging", 2 * p);
     }
@@ -283,8 +330,9 @@ static int trainer_resume(trainer *t) {
     uint64_t state[4] = {0}; /* 0 resumed, 1 failed, 2 nothing to resume; step, epoch, position */
     int r = 0;
     /* Read into host memory: the tensors' own on the CPU, the staging buffers on a GPU. */
-    float *params = trainer_wire(t, t->params_wire, m->params, s->n_params, false);
-    float *velocity = m->velocity ? trainer_wire(t, t->grads_wire, m->velocity, s->n_params, false) : NULL;
+    bool with_velocity = m->stages[0].velocity != NULL;
+    float *params = trainer_block_wire(t, MODEL_PARAMS, t->params_wire, false);
+    float *velocity = with_velocity ? trainer_block_wire(t, MODEL_VELOCITY, t->grads_wire, false) : NULL;
     if (t->rank == 0) {
         checkpoint_info expect = {.n_params = s->n_params}, info = {0};
         snprintf(expect.model, sizeof(expect.model), "%s", s->name);
@@ -323,9 +371,9 @@ static int trainer_resume(trainer *t) {
     if ((e = ddp_broadcast(t->g, params, s->n_params, DDP_F32, 0)) < 0 ||
         (velocity && t->mode != MODE_DP && (e = ddp_broadcast(t->g, velocity, s->n_params, DDP_F32, 0)) < 0))
         return trainer_fail(t, e, "--resume: %s", ddp_last_error(t->g));
-    trainer_unwire(t, m->params, params, s->n_params);
+    trainer_block_unwire(t, MODEL_PARAMS, params);
     if (velocity)
-        trainer_unwire(t, m->velocity, velocity, s->n_params);
+        trainer_block_unwire(t, MODEL_VELOCITY, velocity);
     t->step = state[1];
     t->epoch = state[2];
     t->step_in_epoch = state[3];
@@ -346,6 +394,9 @@ int trainer_open(trainer *t, const worker_options *o) {
     if (r < 0)
         return trainer_fail(t, r, "--model: %s", err);
     t->m.spec = spec;
+    if (o->devices && spec.n_layers < 2)
+        return trainer_fail(t, -EINVAL, "--devices: model '%s' has one layer, nothing to split", spec.name);
+    t->split_layer = model_split_layer(&spec, o->devices ? 2 : 1);
     trainer_plan_buckets(t);
 
     ddp_options go = DDP_OPTIONS_INIT;
@@ -379,11 +430,13 @@ int trainer_open(trainer *t, const worker_options *o) {
         return trainer_fail(t, r, "%s", err);
     t->sampler_ready = true;
 
-    if ((r = trainer_open_backend(t)) < 0)
+    if ((r = trainer_open_backends(t)) < 0)
         return r;
     if (!strcmp(o->transport, "nccl")) {
         if (t->mode != MODE_DDP)
             return trainer_fail(t, -EINVAL, "--transport nccl: only --mode ddp all-reduces between peers");
+        if (o->devices)
+            return trainer_fail(t, -EINVAL, "--transport nccl: one device per rank; --devices splits the model");
         if (!t->b.ops->peer_all_reduce_avg)
             return trainer_fail(t, -ENOTSUP, "--transport nccl: needs --device cuda and a build with NCCL (this %s)",
                                 t->b.device >= 0 ? "build has none" : "is the CPU");
@@ -391,13 +444,14 @@ int trainer_open(trainer *t, const worker_options *o) {
     }
     /* In dp mode only rank 0 steps, so only it holds the velocity. */
     bool velocity = t->mode != MODE_DP || t->rank == 0;
-    if ((r = model_open(&t->m, &spec, &t->b, t->local_batch, velocity)) < 0)
+    backend *backends[] = {&t->b, &t->b_split};
+    if ((r = model_open_split(&t->m, &spec, backends, o->devices ? 2 : 1, t->local_batch, velocity)) < 0)
         return trainer_fail(t, r, "out of memory for model '%s' with batch %d", spec.name, t->local_batch);
     float *init = malloc(spec.n_params * sizeof(float));
     if (!init)
         return trainer_fail(t, -ENOMEM, "out of memory");
     model_init_params(&spec, init, (uint64_t)o->seed);
-    t->b.ops->upload(&t->b, t->m.params, init, spec.n_params * sizeof(float));
+    model_upload_block(&t->m, MODEL_PARAMS, init);
     free(init);
     if ((r = trainer_alloc_io(t)) < 0)
         return r;
@@ -441,11 +495,12 @@ static int trainer_evaluate(trainer *t, double *ret_metric) {
     const dataset_split *d = &t->data.test;
     int r;
     if (t->mode == MODE_DP) { /* only rank 0 stepped */
-        float *params = trainer_wire(t, t->params_wire, m->params, m->spec.n_params, t->rank == 0);
+        float *params = trainer_block_wire(t, MODEL_PARAMS, t->params_wire, t->rank == 0);
         if ((r = ddp_broadcast(t->g, params, m->spec.n_params, DDP_F32, 0)) < 0)
             return trainer_fail(t, r, "evaluating: %s", ddp_last_error(t->g));
-        trainer_unwire(t, m->params, params, m->spec.n_params);
+        trainer_block_unwire(t, MODEL_PARAMS, params);
     }
+    backend *out = m->b;
     size_t first = d->n * (size_t)t->rank / (size_t)t->world, last = d->n * (size_t)(t->rank + 1) / (size_t)t->world;
     int C = m->spec.sizes[m->spec.n_layers];
     double totals[2] = {0, 0}; /* correct (or summed loss), samples */
@@ -455,17 +510,17 @@ static int trainer_evaluate(trainer *t, double *ret_metric) {
         model_forward(m, B);
         if (m->spec.loss == LOSS_MSE) { /* the mean squared error instead of an accuracy */
             float losses[4096];
-            t->b.ops->upload(&t->b, t->mse_targets, t->toy_test_targets + i * (size_t)C, (size_t)B * C * sizeof(float));
-            t->b.ops->mse_forward(&t->b, m->losses, m->acts[m->spec.n_layers], t->mse_targets, B, C);
+            out->ops->upload(out, t->mse_targets, t->toy_test_targets + i * (size_t)C, (size_t)B * C * sizeof(float));
+            out->ops->mse_forward(out, m->losses, m->acts[m->spec.n_layers], t->mse_targets, B, C);
             for (int done = 0; done < B; done += 4096) {
                 int n = B - done < 4096 ? B - done : 4096;
-                t->b.ops->download(&t->b, losses, m->losses + done, (size_t)n * sizeof(float));
+                out->ops->download(out, losses, m->losses + done, (size_t)n * sizeof(float));
                 for (int k = 0; k < n; k++)
                     totals[0] += losses[k];
             }
         } else {
-            t->b.ops->upload(&t->b, t->targets, d->y + i, (size_t)B);
-            totals[0] += (double)t->b.ops->count_correct(&t->b, m->acts[m->spec.n_layers], t->targets, B, C);
+            out->ops->upload(out, t->targets, d->y + i, (size_t)B);
+            totals[0] += (double)out->ops->count_correct(out, m->acts[m->spec.n_layers], t->targets, B, C);
         }
         totals[1] += B;
     }
@@ -522,19 +577,24 @@ static void trainer_write_metrics(trainer *t, const char *kind, double loss, dou
     /* Keyed "cpu" or "cuda:K": what this process allocated there; on a GPU also what the
      * device reports in use (every process and the CUDA context) and the host staging. */
     cJSON *mem = cJSON_AddObjectToObject(j, "device_memory");
-    char name[32];
-    if (t->b.device >= 0)
-        snprintf(name, sizeof(name), "%s:%d", t->b.ops->name, t->b.device);
-    else
-        snprintf(name, sizeof(name), "%s", t->b.ops->name);
-    cJSON *dev = cJSON_AddObjectToObject(mem, name);
-    cJSON_AddNumberToObject(dev, "current_bytes", (double)t->b.memory.current);
-    cJSON_AddNumberToObject(dev, "peak_bytes", (double)t->b.memory.peak);
-    size_t used, total;
-    if (t->b.ops->device_memory(&t->b, &used, &total) == 0) {
-        cJSON_AddNumberToObject(dev, "device_used_bytes", (double)used);
-        cJSON_AddNumberToObject(dev, "device_total_bytes", (double)total);
-        cJSON_AddNumberToObject(dev, "host_staging_bytes", (double)t->b.host.peak);
+    for (int i = 0; i < t->m.n_stages; i++) {
+        backend *b = t->m.stages[i].b;
+        char name[32];
+        if (b->device >= 0)
+            snprintf(name, sizeof(name), "%s:%d", b->ops->name, b->device);
+        else
+            snprintf(name, sizeof(name), "%s", b->ops->name);
+        if (cJSON_GetObjectItem(mem, name)) /* --devices cpu,cpu or 0,0: one entry each */
+            snprintf(name + strlen(name), sizeof(name) - strlen(name), "#%d", i);
+        cJSON *dev = cJSON_AddObjectToObject(mem, name);
+        cJSON_AddNumberToObject(dev, "current_bytes", (double)b->memory.current);
+        cJSON_AddNumberToObject(dev, "peak_bytes", (double)b->memory.peak);
+        size_t used, total;
+        if (b->ops->device_memory(b, &used, &total) == 0) {
+            cJSON_AddNumberToObject(dev, "device_used_bytes", (double)used);
+            cJSON_AddNumberToObject(dev, "device_total_bytes", (double)total);
+            cJSON_AddNumberToObject(dev, "host_staging_bytes", (double)b->host.peak);
+        }
     }
     char *text = cJSON_PrintUnformatted(j);
     if (text) {
@@ -550,15 +610,16 @@ static int trainer_save(trainer *t) {
         return 0;
     model *m = &t->m;
     size_t bytes = m->spec.n_params * sizeof(float);
-    float *params = malloc(bytes), *velocity = m->velocity ? malloc(bytes) : NULL;
-    if (!params || (m->velocity && !velocity)) {
+    bool with_velocity = m->stages[0].velocity != NULL;
+    float *params = malloc(bytes), *velocity = with_velocity ? malloc(bytes) : NULL;
+    if (!params || (with_velocity && !velocity)) {
         free(params);
         free(velocity);
         return trainer_fail(t, -ENOMEM, "out of memory writing the checkpoint");
     }
-    t->b.ops->download(&t->b, params, m->params, bytes);
+    model_download_block(m, MODEL_PARAMS, params);
     if (velocity)
-        t->b.ops->download(&t->b, velocity, m->velocity, bytes);
+        model_download_block(m, MODEL_VELOCITY, velocity);
     checkpoint_info info = {.n_params = m->spec.n_params, .step = t->step, .epoch = t->epoch,
                             .step_in_epoch = t->step_in_epoch, .seed = (uint64_t)t->opts->seed,
                             .world_size = (uint32_t)t->world, .global_batch = (uint32_t)t->global_batch};
@@ -692,27 +753,31 @@ int trainer_run(trainer *t) {
 }
 
 void trainer_close(trainer *t) {
-    if (t->b.ops) {
-        const backend_ops *o = t->b.ops;
+    if (t->m.b) { /* what lives with the outputs, then the model, then the devices */
+        backend *out = t->m.b;
+        const backend_ops *o = out->ops;
         int C = t->m.spec.sizes[t->m.spec.n_layers];
         size_t B = (size_t)t->local_batch, G = (size_t)t->global_batch;
-        o->release(&t->b, t->targets, B);
-        o->release(&t->b, t->mse_targets, B * (size_t)C * sizeof(float));
-        o->release(&t->b, t->dlogits, B * (size_t)C * sizeof(float));
-        o->release(&t->b, t->gathered_logits, G * (size_t)C * sizeof(float));
-        o->release(&t->b, t->gathered_dlogits, G * (size_t)C * sizeof(float));
-        o->release(&t->b, t->gathered_targets, G);
-        o->release(&t->b, t->gathered_mse_targets, G * (size_t)C * sizeof(float));
-        o->release(&t->b, t->gathered_losses, G * sizeof(float));
-        o->release(&t->b, t->gathered_probs, G * (size_t)C * sizeof(float));
+        o->release(out, t->targets, B);
+        o->release(out, t->mse_targets, B * (size_t)C * sizeof(float));
+        o->release(out, t->dlogits, B * (size_t)C * sizeof(float));
+        o->release(out, t->gathered_logits, G * (size_t)C * sizeof(float));
+        o->release(out, t->gathered_dlogits, G * (size_t)C * sizeof(float));
+        o->release(out, t->gathered_targets, G);
+        o->release(out, t->gathered_mse_targets, G * (size_t)C * sizeof(float));
+        o->release(out, t->gathered_losses, G * sizeof(float));
+        o->release(out, t->gathered_probs, G * (size_t)C * sizeof(float));
         size_t p = t->m.spec.n_params * sizeof(float);
-        o->host_release(&t->b, t->params_wire, p);
-        o->host_release(&t->b, t->grads_wire, p);
-        o->host_release(&t->b, t->outputs_wire, B * (size_t)C * sizeof(float));
-        o->host_release(&t->b, t->gathered_wire, G * (size_t)C * sizeof(float));
+        o->host_release(out, t->params_wire, p);
+        o->host_release(out, t->grads_wire, p);
+        o->host_release(out, t->outputs_wire, B * (size_t)C * sizeof(float));
+        o->host_release(out, t->gathered_wire, G * (size_t)C * sizeof(float));
         model_close(&t->m);
-        backend_close(&t->b);
     }
+    if (t->b_split.ops)
+        backend_close(&t->b_split);
+    if (t->b.ops)
+        backend_close(&t->b);
     free(t->input_host);
     free(t->targets_host);
     free(t->mse_targets_host);

@@ -35,6 +35,7 @@ typedef struct {
     double momentum;
     int seed;
     char *device;
+    char *devices;
     double bucket_mb;
     char *transport;
     char *checkpoint;
@@ -55,7 +56,9 @@ typedef struct trainer {
     sync_mode mode;
     ddp_group *g;
     int rank, world;
-    backend b;
+    backend b;                 /* the (first) device: the model's input side */
+    backend b_split;           /* --devices: the second device, the model's later layers */
+    int split_layer;           /* --devices: the second device's first layer; else -1 */
     model m;
     dataset data;
     float *toy_targets;        /* (n, outputs) MSE targets for the toy model, host */
@@ -122,13 +125,25 @@ double trainer_loss(trainer *t, int B, float *losses, float *probs, const float 
 double trainer_forward_local(trainer *t, int B);
 /* One SGD step with momentum over all parameters, from the gradients in the model. */
 void trainer_sgd_step(trainer *t);
-/* The host memory a collective on n floats of the tensor dev uses: dev itself when the
- * backend's tensors are host memory, else the staging buffer wire, filled from dev first
- * when fill. trainer_unwire then copies what the collective wrote back to dev. */
+/* Waits for every device's queued work. */
+void trainer_synchronize(trainer *t);
+/* Whether collectives take the model's blocks as they are: one stage, in host memory. */
+bool trainer_direct(const trainer *t);
+/* The host memory a collective on n floats of dev, a tensor of the output device, uses:
+ * dev itself when that device's memory is the host's, else the staging buffer wire,
+ * filled from dev first when fill. trainer_unwire then copies what the collective wrote
+ * back to dev. */
 float *trainer_wire(trainer *t, float *wire, float *dev, size_t n, bool fill);
 void trainer_unwire(trainer *t, float *dev, const float *wire, size_t n);
+/* The same for a whole block of the model (n_params floats, whatever devices hold it). */
+float *trainer_block_wire(trainer *t, model_block which, float *wire, bool fill);
+void trainer_block_unwire(trainer *t, model_block which, const float *wire);
 double trainer_now(void);
 
+/* ddp and ps modes, when the gradients are not host memory: queue bucket k's copy to the
+ * host staging (grads_wire) behind the kernels that made it; wait for it to land. */
+void sync_bucket_stage(trainer *t, int k);
+void sync_bucket_wait_staged(trainer *t, int k);
 int sync_ddp_setup(trainer *t);
 int sync_ddp_step(trainer *t, int B, double *ret_loss);
 int sync_dp_setup(trainer *t);

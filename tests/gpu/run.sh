@@ -83,6 +83,10 @@ for mode in dp ps; do
   outcome "$r"
   say "mlp 50 steps, 2 workers $mode on the GPU: $result"
 done
+# Model parallel: two stages, both on GPU 0 here (the same path as two GPUs, one copy each way).
+r=$(worker 2 --model mlp --steps 50 --mode ddp --device cuda:0 --devices 0,0) || cat "$out/stderr"
+outcome "$r"
+say "mlp 50 steps, 2 workers ddp --devices 0,0: $result"
 # NCCL will not put two ranks on one GPU: one rank, to run the communicator's whole path.
 r=$(worker 1 --model mlp --steps 50 --mode ddp --device cuda:0 --transport nccl) || cat "$out/stderr"
 outcome "$r"

@@ -149,6 +149,51 @@ START_TEST(test_resume_is_exact) {
 }
 END_TEST
 
+static void assert_same_file(const char *a, const char *b, const char *what) {
+    char *x, *y;
+    size_t nx, ny;
+    read_file(a, &x, &nx);
+    read_file(b, &y, &ny);
+    ck_assert_msg(nx == ny && memcmp(x, y, nx) == 0, "%s: %s and %s differ", what, a, b);
+    free(x);
+    free(y);
+}
+
+/* Model parallel (--devices): the layers split over two CPU backends train exactly what one
+ * backend trains, in every mode, and a split run resumes an unsplit one's checkpoint. */
+START_TEST(test_model_parallel) {
+    static const char *const modes[] = {"ddp", "dp", "ps"};
+    for (int mi = 0; mi < 3; mi++) {
+        char a[128], b[128];
+        snprintf(a, sizeof(a), "%s/whole-%s.ckpt", dir, modes[mi]);
+        snprintf(b, sizeof(b), "%s/split-%s.ckpt", dir, modes[mi]);
+        const char *whole[] = {"--mode", modes[mi], "--steps", "15", "--batch-size", "32", "--checkpoint", a, NULL};
+        const char *split[] = {"--mode",       modes[mi], "--steps",   "15",      "--batch-size", "32",
+                               "--checkpoint", b,         "--devices", "cpu,cpu", NULL};
+        proc p;
+        ck_assert_int_eq(train(&p, 2, whole), 0);
+        proc_close(&p);
+        int code = train(&p, 2, split);
+        ck_assert_msg(code == 0, "%s --devices: %s", modes[mi], proc_output(&p));
+        proc_close(&p);
+        assert_same_file(a, b, modes[mi]);
+    }
+    char c[128], a[128];
+    snprintf(c, sizeof(c), "%s/half-then-split.ckpt", dir);
+    snprintf(a, sizeof(a), "%s/whole-ddp.ckpt", dir);
+    const char *first[] = {"--steps", "7", "--batch-size", "32", "--checkpoint", c, NULL};
+    const char *rest[] = {"--steps",    "15", "--batch-size", "32", "--checkpoint", c, "--resume",
+                          "--devices", "cpu,cpu", NULL};
+    proc p;
+    ck_assert_int_eq(train(&p, 2, first), 0);
+    proc_close(&p);
+    int code = train(&p, 2, rest);
+    ck_assert_msg(code == 0, "resume with --devices: %s", proc_output(&p));
+    proc_close(&p);
+    assert_same_file(a, c, "resumed split");
+}
+END_TEST
+
 static void copy_file(const char *from, const char *to, long truncate_to) {
     char *data;
     size_t n;
@@ -183,6 +228,8 @@ START_TEST(test_bad_inputs) {
         {"gpu", {"--device", "cuda:1000"}, 1, "--device cuda:1000: "},
         {"transport", {"--transport", "nccl"}, 1, "--transport nccl: needs --device cuda"},
         {"transport mode", {"--transport", "nccl", "--mode", "ps"}, 1, "--transport nccl: only --mode ddp"},
+        {"devices", {"--devices", "0"}, 1, "--devices '0': name two devices"},
+        {"devices nccl", {"--devices", "cpu,cpu", "--transport", "nccl"}, 1, "--transport nccl: one device per rank"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         proc p;
@@ -430,6 +477,7 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_equivalence);
     tcase_add_test(tc, test_resume_is_exact);
+    tcase_add_test(tc, test_model_parallel);
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_metrics);
     tcase_add_test(tc, test_sigterm_keeps_the_checkpoint);

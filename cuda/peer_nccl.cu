@@ -40,8 +40,10 @@ void abandon(cuda_impl *c) {
 }
 
 /* Waits until the communicator's last call has been taken (non-blocking calls may return
- * ncclInProgress), at most until deadline. */
-int settle(cuda_impl *c, clock_type::time_point deadline, const char *what, char *err, size_t err_size) {
+ * ncclInProgress): at most timeout_ms, and not once should_stop says the job has ended. */
+int settle(cuda_impl *c, int timeout_ms, int (*should_stop)(void *), void *ctx, const char *what, char *err,
+           size_t err_size) {
+    auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
         ncclResult_t state = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(comm_of(c), &state);
@@ -52,8 +54,13 @@ int settle(cuda_impl *c, clock_type::time_point deadline, const char *what, char
         }
         if (state == ncclSuccess)
             return 0;
+        if (should_stop && should_stop(ctx)) {
+            snprintf(err, err_size, "NCCL %s abandoned: the job has ended", what);
+            abandon(c);
+            return -ECONNABORTED;
+        }
         if (clock_type::now() >= deadline) {
-            snprintf(err, err_size, "NCCL %s: not done in time (a rank missing or stuck?)", what);
+            snprintf(err, err_size, "NCCL %s: not done within %d ms (a rank missing or stuck?)", what, timeout_ms);
             abandon(c);
             return -ETIMEDOUT;
         }
@@ -64,17 +71,19 @@ int settle(cuda_impl *c, clock_type::time_point deadline, const char *what, char
 } // namespace
 
 void cuda_peer_close(cuda_impl *c) {
-    if (!c->peer)
-        return;
     char err[256];
-    ncclCommFinalize(comm_of(c)); /* flushes what is queued; then free it */
-    if (settle(c, clock_type::now() + std::chrono::seconds(10), "finalize", err, sizeof(err)) == 0) {
-        ncclCommDestroy(comm_of(c));
-        c->peer = nullptr;
+    if (c->peer) {
+        ncclCommFinalize(comm_of(c)); /* flushes what is queued; then free it */
+        if (settle(c, 10000, nullptr, nullptr, "finalize", err, sizeof(err)) == 0) {
+            ncclCommDestroy(comm_of(c));
+            c->peer = nullptr;
+        }
     }
-    CUDA_TRY(cudaEventDestroy(c->peer_ready));
-    CUDA_TRY(cudaEventDestroy(c->peer_done));
-    CUDA_TRY(cudaStreamDestroy(c->peer_stream));
+    if (c->peer_stream) { /* also after an abandoned communicator */
+        CUDA_TRY(cudaEventDestroy(c->peer_ready));
+        CUDA_TRY(cudaStreamDestroy(c->peer_stream));
+        c->peer_stream = nullptr;
+    }
 }
 
 int cuda_peer_id(backend *b, void *id, size_t size, char *err, size_t err_size) {
@@ -87,8 +96,8 @@ int cuda_peer_id(backend *b, void *id, size_t size, char *err, size_t err_size) 
     return r == ncclSuccess ? 0 : fail(err, err_size, -EIO, "getting a unique id", r);
 }
 
-int cuda_peer_join(backend *b, const void *id, size_t size, int rank, int world, int timeout_ms, char *err,
-                   size_t err_size) {
+int cuda_peer_join(backend *b, const void *id, size_t size, int rank, int world, int timeout_ms,
+                   int (*should_stop)(void *ctx), void *ctx, char *err, size_t err_size) {
     cuda_impl *c = cuda_enter(b);
     if (size < sizeof(ncclUniqueId) || c->peer) {
         snprintf(err, err_size, "NCCL join: %s", c->peer ? "already joined" : "the id is too short");
@@ -100,16 +109,18 @@ int cuda_peer_join(backend *b, const void *id, size_t size, int rank, int world,
     config.blocking = 0;
     ncclComm_t comm = nullptr;
     ncclResult_t r = ncclCommInitRankConfig(&comm, world, uid, rank, &config);
-    if (r != ncclSuccess && r != ncclInProgress)
+    if (r != ncclSuccess && r != ncclInProgress) {
+        if (comm)
+            ncclCommAbort(comm);
         return fail(err, err_size, -EIO, "joining the communicator", r);
+    }
     c->peer = comm;
-    int code = settle(c, clock_type::now() + std::chrono::milliseconds(timeout_ms), "joining the communicator", err,
-                      err_size);
+    c->peer_timeout_ms = timeout_ms;
+    int code = settle(c, timeout_ms, should_stop, ctx, "joining the communicator", err, err_size);
     if (code < 0)
         return code;
     CUDA_TRY(cudaStreamCreateWithFlags(&c->peer_stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaEventCreateWithFlags(&c->peer_ready, cudaEventDisableTiming));
-    CUDA_TRY(cudaEventCreateWithFlags(&c->peer_done, cudaEventDisableTiming));
     return 0;
 }
 
@@ -119,7 +130,8 @@ int cuda_peer_all_reduce_avg(backend *b, float *buf, size_t n, char *err, size_t
         snprintf(err, err_size, "NCCL all-reduce: no communicator (not joined, or abandoned after an error)");
         return -ENOTCONN;
     }
-    /* After the layers that made these gradients; what comes next (the optimizer) after it. */
+    /* After the layers that made these gradients, while the compute stream goes on with the
+     * layers before them; the optimizer is queued once peer_wait has seen all of it done. */
     CUDA_TRY(cudaEventRecord(c->peer_ready, c->compute));
     CUDA_TRY(cudaStreamWaitEvent(c->peer_stream, c->peer_ready, 0));
     ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, comm_of(c), c->peer_stream);
@@ -128,13 +140,8 @@ int cuda_peer_all_reduce_avg(backend *b, float *buf, size_t n, char *err, size_t
         abandon(c);
         return code;
     }
-    /* Taking the call is quick; finishing it is peer_wait's. */
-    int code = settle(c, clock_type::now() + std::chrono::seconds(60), "all-reduce", err, err_size);
-    if (code < 0)
-        return code;
-    CUDA_TRY(cudaEventRecord(c->peer_done, c->peer_stream));
-    CUDA_TRY(cudaStreamWaitEvent(c->compute, c->peer_done, 0));
-    return 0;
+    /* Taking the call is quick (NCCL may connect now, on first use); finishing it is peer_wait's. */
+    return settle(c, c->peer_timeout_ms, nullptr, nullptr, "all-reduce", err, err_size);
 }
 
 int cuda_peer_wait(backend *b, int timeout_ms, int (*should_stop)(void *ctx), void *ctx, char *err,
@@ -150,9 +157,9 @@ int cuda_peer_wait(backend *b, int timeout_ms, int (*should_stop)(void *ctx), vo
         if (e != cudaErrorNotReady)
             CUDA_TRY(e);
         ncclResult_t state = ncclSuccess;
-        if (ncclCommGetAsyncError(comm_of(c), &state) != ncclSuccess ||
-            (state != ncclSuccess && state != ncclInProgress)) {
-            int code = fail(err, err_size, -EIO, "all-reduce", state);
+        ncclResult_t asked = ncclCommGetAsyncError(comm_of(c), &state);
+        if (asked != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+            int code = fail(err, err_size, -EIO, "all-reduce", asked != ncclSuccess ? asked : state);
             abandon(c);
             return code;
         }

@@ -89,12 +89,13 @@ typedef struct {
     /* A device-side all-reduce among the job's ranks (NCCL on CUDA); NULL where the backend
      * has none. Rank 0 makes an id (peer_id), every rank joins with it (peer_join, which
      * waits for all of them, at most timeout_ms); peer_all_reduce_avg averages n floats in
-     * place on their own stream, after the work queued so far and before what is queued
-     * next; peer_wait waits for those, at most timeout_ms, giving up at once when
-     * should_stop(ctx) says the job has ended. Each returns 0 or a negative error with err. */
+     * place on their own stream, after the work queued so far (what is queued next may run
+     * beside it: it must not touch buf); peer_wait waits for all of them, at most
+     * timeout_ms. Waits give up at once when should_stop(ctx) says the job has ended. Each
+     * returns 0 or a negative error with err. */
     int (*peer_id)(backend *b, void *id, size_t size, char *err, size_t err_size);
-    int (*peer_join)(backend *b, const void *id, size_t size, int rank, int world, int timeout_ms, char *err,
-                     size_t err_size);
+    int (*peer_join)(backend *b, const void *id, size_t size, int rank, int world, int timeout_ms,
+                     int (*should_stop)(void *ctx), void *ctx, char *err, size_t err_size);
     int (*peer_all_reduce_avg)(backend *b, float *buf, size_t n, char *err, size_t err_size);
     int (*peer_wait)(backend *b, int timeout_ms, int (*should_stop)(void *ctx), void *ctx, char *err,
                      size_t err_size);

@@ -71,7 +71,9 @@ DDP_EXPORT int ddp_store_get(ddp_group *g, const char *key, void *buf, size_t si
     if (!v->found || strcmp(v->key, key) != 0)
         r = group_fail(g, -EPROTO, "store_get '%.64s': ddpd answered for another key or without a value", key);
     else {
-        memcpy(buf, v->value.data, v->value.len < size ? v->value.len : size);
+        size_t n = v->value.len < size ? v->value.len : size;
+        if (n)
+            memcpy(buf, v->value.data, n);
         if (ret_size)
             *ret_size = v->value.len;
     }

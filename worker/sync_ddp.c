@@ -14,6 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int job_ended(void *ctx) {
+    trainer *t = ctx;
+    return ddp_job_status(t->g) != 0;
+}
+
 /* --transport nccl: rank 0 makes the communicator's id, the job's store hands it out. */
 static int peer_setup(trainer *t) {
     const backend_ops *o = t->b.ops;
@@ -24,10 +29,15 @@ static int peer_setup(trainer *t) {
             return trainer_fail(t, r, "--transport nccl: %s", err);
         if ((r = ddp_store_set(t->g, "ddp-worker/nccl-id", id, sizeof(id))) < 0)
             return trainer_fail(t, r, "--transport nccl: %s", ddp_last_error(t->g));
-    } else if ((r = ddp_store_get(t->g, "ddp-worker/nccl-id", id, sizeof(id), NULL)) < 0)
-        return trainer_fail(t, r, "--transport nccl: %s", ddp_last_error(t->g));
+    } else {
+        size_t size = 0;
+        if ((r = ddp_store_get(t->g, "ddp-worker/nccl-id", id, sizeof(id), &size)) < 0)
+            return trainer_fail(t, r, "--transport nccl: %s", ddp_last_error(t->g));
+        if (size != sizeof(id))
+            return trainer_fail(t, -EPROTO, "--transport nccl: rank 0's id is %zu bytes, not %zu", size, sizeof(id));
+    }
     int timeout = t->opts->timeout_ms > 0 ? t->opts->timeout_ms : 60000;
-    if ((r = o->peer_join(&t->b, id, sizeof(id), t->rank, t->world, timeout, err, sizeof(err))) < 0)
+    if ((r = o->peer_join(&t->b, id, sizeof(id), t->rank, t->world, timeout, job_ended, t, err, sizeof(err))) < 0)
         return trainer_fail(t, r, "--transport nccl: %s", err);
     return 0;
 }
@@ -40,11 +50,6 @@ int sync_ddp_setup(trainer *t) {
         return trainer_fail(t, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(t->g));
     trainer_block_unwire(t, MODEL_PARAMS, params);
     return t->peer ? peer_setup(t) : 0;
-}
-
-static int job_ended(void *ctx) {
-    trainer *t = ctx;
-    return ddp_job_status(t->g) != 0;
 }
 
 /* --transport nccl: each bucket is averaged on the devices as its layers finish, on the

@@ -28,7 +28,8 @@ int sync_dp_setup(trainer *t) {
     t->gathered_probs = dp_alloc(t, out * sizeof(float));
     if (t->m.spec.loss == LOSS_MSE)
         t->gathered_mse_targets = dp_alloc(t, out * sizeof(float));
-    if (!t->m.b->ops->host_memory && !(t->gathered_wire = t->m.b->ops->host_alloc(t->m.b, out * sizeof(float))))
+    backend *staging = trainer_staging_backend(t);
+    if (!t->m.b->ops->host_memory && !(t->gathered_wire = staging->ops->host_alloc(staging, out * sizeof(float))))
         return trainer_fail(t, -ENOMEM, "out of memory for rank 0's gathered outputs");
     if (!t->gathered_logits || !t->gathered_dlogits || !t->gathered_targets || !t->gathered_targets_host ||
         !t->gathered_losses || !t->gathered_probs ||

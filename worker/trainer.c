@@ -155,6 +155,13 @@ bool trainer_direct(const trainer *t) {
     return t->m.n_stages == 1 && t->b.ops->host_memory;
 }
 
+backend *trainer_staging_backend(trainer *t) {
+    for (int i = t->m.n_stages - 1; i >= 0; i--) /* the output's device, unless the other is a GPU */
+        if (!t->m.stages[i].b->ops->host_memory)
+            return t->m.stages[i].b;
+    return t->m.b;
+}
+
 float *trainer_wire(trainer *t, float *wire, float *dev, size_t n, bool fill) {
     backend *b = t->m.b;
     if (b->ops->host_memory)
@@ -239,7 +246,7 @@ static void trainer_device_failed(void *ctx, const char *what) {
 
 /* "cuda" is LOCAL_RANK's GPU, as torchrun's workers pick theirs; "cuda:K" is GPU K of
  * those CUDA_VISIBLE_DEVICES leaves. */
-static int trainer_parse_device(trainer *t, const char *dev, int *ret_gpu) {
+static int trainer_parse_device(trainer *t, const char *dev, const char *flag, int *ret_gpu) {
     if (!strcmp(dev, "cpu")) {
         *ret_gpu = -1;
         return 0;
@@ -250,14 +257,14 @@ static int trainer_parse_device(trainer *t, const char *dev, int *ret_gpu) {
     }
     size_t digits = strncmp(dev, "cuda:", 5) == 0 ? strspn(dev + 5, "0123456789") : 0;
     if (digits == 0 || digits > 4 || dev[5 + digits])
-        return trainer_fail(t, -EINVAL, "--device '%s': use cpu, cuda or cuda:K", dev);
+        return trainer_fail(t, -EINVAL, "%s '%s': use cpu, cuda or cuda:K", flag, dev);
     *ret_gpu = atoi(dev + 5);
     return 0;
 }
 
 static int trainer_open_device(trainer *t, backend *b, const char *dev, const char *flag) {
     int gpu = -1;
-    TRY(trainer_parse_device(t, dev, &gpu));
+    TRY(trainer_parse_device(t, dev, flag, &gpu));
     if (gpu < 0) {
         int r = backend_cpu_open(b, t->opts->blas_threads);
         return r < 0 ? trainer_fail(t, r, "cannot start the CPU backend") : 0;
@@ -270,9 +277,7 @@ static int trainer_open_device(trainer *t, backend *b, const char *dev, const ch
                             gpu, ddp_local_rank(t->g), err);
     return r < 0 ? trainer_fail(t, r, "%s %s: %s", flag, dev, err) : 0;
 #else
-    (void)flag;
-    return trainer_fail(t, -ENODEV, "--device %s: this ddp-worker was built without the CUDA backend; use --device cpu",
-                        dev);
+    return trainer_fail(t, -ENODEV, "%s %s: this ddp-worker was built without the CUDA backend; use cpu", flag, dev);
 #endif
 }
 
@@ -304,6 +309,7 @@ static int trainer_alloc_io(trainer *t) {
     size_t B = (size_t)t->local_batch, in = (size_t)s->sizes[0], C = (size_t)s->sizes[s->n_layers];
     backend *out = t->m.b; /* the loss's inputs live with the outputs */
     const backend_ops *o = out->ops;
+    backend *staging = trainer_staging_backend(t);
     t->input_host = malloc(B * in * sizeof(float));
     t->targets_host = calloc(B, 1);
     t->mse_targets_host = malloc(B * C * sizeof(float));
@@ -312,11 +318,11 @@ static int trainer_alloc_io(trainer *t) {
     t->dlogits = o->alloc(out, B * C * sizeof(float));
     if (!t->input_host || !t->targets_host || !t->mse_targets_host || !t->targets || !t->mse_targets || !t->dlogits)
         return trainer_fail(t, -ENOMEM, "out of memory for a batch of %zu", B);
-    if (!trainer_direct(t)) { /* staging, on the host, counted with the output device */
+    if (!trainer_direct(t)) {
         size_t p = s->n_params * sizeof(float);
-        t->params_wire = o->host_alloc(out, p);
-        t->grads_wire = o->host_alloc(out, p);
-        t->outputs_wire = o->host_alloc(out, B * C * sizeof(float));
+        t->params_wire = staging->ops->host_alloc(staging, p);
+        t->grads_wire = staging->ops->host_alloc(staging, p);
+        t->outputs_wire = staging->ops->host_alloc(staging, B * C * sizeof(float));
         if (!t->params_wire || !t->grads_wire || !t->outputs_wire)
             return trainer_fail(t, -ENOMEM, "out of memory for %zu bytes of host staging", 2 * p);
     }
@@ -405,7 +411,9 @@ int trainer_open(trainer *t, const worker_options *o) {
     go.world_size = o->world_size;
     go.rank = o->rank;
     go.timeout_ms = o->timeout_ms;
-    go.mode = o->mode; /* every member must agree on it */
+    /* Every member must agree on the mode; in ddp mode also on the bucket layout, which
+     * --devices changes (a bucket never straddles the devices). */
+    go.mode = t->mode == MODE_DDP && o->devices ? "ddp-split" : o->mode;
     if (t->mode == MODE_PS) { /* ddpd checks every push against this layout */
         go.ps_buckets = t->bucket_count;
         go.n_ps_buckets = (size_t)t->n_buckets;
@@ -768,10 +776,11 @@ void trainer_close(trainer *t) {
         o->release(out, t->gathered_losses, G * sizeof(float));
         o->release(out, t->gathered_probs, G * (size_t)C * sizeof(float));
         size_t p = t->m.spec.n_params * sizeof(float);
-        o->host_release(out, t->params_wire, p);
-        o->host_release(out, t->grads_wire, p);
-        o->host_release(out, t->outputs_wire, B * (size_t)C * sizeof(float));
-        o->host_release(out, t->gathered_wire, G * (size_t)C * sizeof(float));
+        backend *staging = trainer_staging_backend(t);
+        staging->ops->host_release(staging, t->params_wire, p);
+        staging->ops->host_release(staging, t->grads_wire, p);
+        staging->ops->host_release(staging, t->outputs_wire, B * (size_t)C * sizeof(float));
+        staging->ops->host_release(staging, t->gathered_wire, G * (size_t)C * sizeof(float));
         model_close(&t->m);
     }
     if (t->b_split.ops)

@@ -129,6 +129,9 @@ void trainer_sgd_step(trainer *t);
 void trainer_synchronize(trainer *t);
 /* Whether collectives take the model's blocks as they are: one stage, in host memory. */
 bool trainer_direct(const trainer *t);
+/* The device whose host_alloc holds the staging buffers: a GPU's (pinned) if one holds a
+ * stage, preferring the output's. */
+backend *trainer_staging_backend(trainer *t);
 /* The host memory a collective on n floats of dev, a tensor of the output device, uses:
  * dev itself when that device's memory is the host's, else the staging buffer wire,
  * filled from dev first when fill. trainer_unwire then copies what the collective wrote

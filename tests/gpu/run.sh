@@ -91,7 +91,8 @@ say "mlp 50 steps, 2 workers ddp --devices 0,0: $result"
 r=$(worker 1 --model mlp --steps 50 --mode ddp --device cuda:0 --transport nccl) || cat "$out/stderr"
 outcome "$r"
 say "mlp 50 steps, 1 worker ddp --transport nccl: $result"
-if "$build/bin/ddp-run" -n 1 -- "$build/bin/ddp-worker" --data "$data" --steps 1 --device cuda:99 >"$out/bad" 2>&1; then
+if timeout 60 "$build/bin/ddp-run" -n 1 -- "$build/bin/ddp-worker" --data "$data" --steps 1 --device cuda:99 \
+  >"$out/bad" 2>&1; then
   failed=$((failed + 1))
   say "--device cuda:99: FAILED (it ran)"
 else
@@ -103,11 +104,11 @@ printf -v header "%-26s %10s  %s" "mlp on one GPU, 1 epoch" "samples/s" \
   "per rank: peak tracked / whole GPU in use (MiB)"
 summary+=("$header")
 for cfg in "1 ddp" "2 ddp" "2 dp"; do
-  set -- $cfg
+  read -r n mode <<<"$cfg"
   rm -f "$out"/m-*.jsonl
-  r=$(worker "$1" --model mlp --epochs 1 --mode "$2" --device cuda:0 --metrics "$out/m-%r.jsonl") ||
+  r=$(worker "$n" --model mlp --epochs 1 --mode "$mode" --device cuda:0 --metrics "$out/m-%r.jsonl") ||
     { cat "$out/stderr"; failed=$((failed + 1)); }
-  mem=$(python3 - "$out" "$1" <<'PY'
+  mem=$(python3 - "$out" "$n" <<'PY'
 import json, sys
 out, n = sys.argv[1], int(sys.argv[2])
 cells = []
@@ -119,7 +120,7 @@ for r in range(n):
 print(", ".join(cells))
 PY
   ) || mem="(no metrics)"
-  printf -v line "%-26s %10s  %s" "$1 worker(s), $2" "$(echo "$r" | field samples_per_s)" "$mem"
+  printf -v line "%-26s %10s  %s" "$n worker(s), $mode" "$(echo "$r" | field samples_per_s)" "$mem"
   summary+=("$line")
 done
 

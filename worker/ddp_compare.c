@@ -84,8 +84,8 @@ static double number(const cJSON *o, const char *key) {
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
-/* The last epoch line of a rank's metrics file. */
-static cJSON *last_epoch(const char *path, char *err, size_t err_size) {
+/* The last epoch line of a rank's metrics file, and the training seconds of all of them. */
+static cJSON *last_epoch(const char *path, double *ret_seconds, char *err, size_t err_size) {
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, err_size, "%.400s: %s", path, strerror(errno));
@@ -94,10 +94,12 @@ static cJSON *last_epoch(const char *path, char *err, size_t err_size) {
     cJSON *last = NULL;
     char *line = NULL;
     size_t cap = 0;
+    *ret_seconds = 0;
     while (getline(&line, &cap, f) > 0) {
         cJSON *j = cJSON_Parse(line);
         const cJSON *type = j ? cJSON_GetObjectItem(j, "type") : NULL;
         if (cJSON_IsString(type) && !strcmp(type->valuestring, "epoch")) {
+            *ret_seconds += number(j, "seconds");
             cJSON_Delete(last);
             last = j;
         } else
@@ -117,7 +119,8 @@ static int collect(const char *out, const char *tag, mode_result *m, int world, 
     for (int r = 0; r < world; r++) {
         char path[4200];
         snprintf(path, sizeof(path), "%s/%s-%d.jsonl", out, tag, r);
-        cJSON *e = last_epoch(path, err, err_size);
+        double seconds;
+        cJSON *e = last_epoch(path, &seconds, err, err_size);
         if (!e)
             return -EBADMSG;
         rank_result *rr = &m->ranks[r];
@@ -146,9 +149,9 @@ static int collect(const char *out, const char *tag, mode_result *m, int world, 
                 m->link_to = p;
             }
         }
-        if (r == 0) {
-            m->samples_per_s = number(e, "samples_per_s");
-            m->seconds = number(e, "seconds");
+        if (r == 0) { /* the whole run's rate, not the last epoch's */
+            m->seconds = seconds;
+            m->samples_per_s = seconds > 0 ? number(e, "step") * number(e, "global_batch") / seconds : 0;
             m->loss = number(e, "loss");
             m->accuracy = number(e, "test_accuracy");
             m->steps = (int)number(e, "step");

@@ -108,7 +108,7 @@ for cfg in "1 ddp" "2 ddp" "2 dp"; do
   rm -f "$out"/m-*.jsonl
   r=$(worker "$n" --model mlp --epochs 1 --mode "$mode" --device cuda:0 --metrics "$out/m-%r.jsonl") ||
     { cat "$out/stderr"; failed=$((failed + 1)); }
-  mem=$(python3 - "$out" "$n" <<'PY'
+  mem=$(python3 - "$out" "$n" 2>/dev/null <<'PY'
 import json, sys
 out, n = sys.argv[1], int(sys.argv[2])
 cells = []

@@ -3,12 +3,18 @@
  * computes the loss of the whole batch and scatters the output gradients; every rank
  * backwards; parameter gradients are summed onto rank 0, which alone holds optimizer state
  * and steps. Rank 0 holds the gathered outputs, their gradients and the velocity: the
- * imbalance nn.DataParallel is known for. */
+ * imbalance nn.DataParallel is known for.
+ *
+ * Where gradients live in host memory (the CPU) the sum is libddp's reduce. On a GPU it is
+ * DataParallel's reduce_add on the first device: every rank's gradients come to rank 0 and
+ * are added there, one rank after another, by the backend's accumulate kernel. */
 #include "worker/trainer.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/error.h"
 
 /* Rank 0's extra buffers live with its outputs, on the (last) device that computes the loss. */
 static void *dp_alloc(trainer *t, size_t bytes) {
@@ -35,6 +41,36 @@ int sync_dp_setup(trainer *t) {
         !t->gathered_losses || !t->gathered_probs ||
         (t->m.spec.loss == LOSS_MSE && !t->gathered_mse_targets))
         return trainer_fail(t, -ENOMEM, "out of memory for rank 0's gathered outputs");
+    if (!trainer_direct(t)) { /* every rank's gradients, and a device buffer to add each from */
+        size_t n = t->m.spec.n_params;
+        t->gathered_grads = staging->ops->host_alloc(staging, (size_t)t->world * n * sizeof(float));
+        for (int i = 0; i < t->m.n_stages; i++) {
+            const model_stage *st = &t->m.stages[i];
+            if (!(t->dp_addend[i] = st->b->ops->alloc(st->b, st->count * sizeof(float))) || !t->gathered_grads)
+                return trainer_fail(t, -ENOMEM, "out of memory for rank 0's gradient sum");
+        }
+    }
+    return 0;
+}
+
+/* The whole batch's gradients on rank 0: libddp's reduce, or on a device, DataParallel's
+ * reduce_add (see the top). */
+static int dp_sum_gradients(trainer *t) {
+    model *m = &t->m;
+    size_t n = m->spec.n_params;
+    float *grads = trainer_block_wire(t, MODEL_GRADS, t->grads_wire, true);
+    if (trainer_direct(t))
+        return ddp_reduce(t->g, grads, n, DDP_F32, DDP_SUM, 0);
+    TRY(ddp_gather(t->g, grads, t->gathered_grads, n, DDP_F32, 0));
+    if (t->rank != 0)
+        return 0;
+    for (int k = 1; k < t->world; k++) /* rank 0's own are on the device already */
+        for (int i = 0; i < m->n_stages; i++) {
+            const model_stage *st = &m->stages[i];
+            const float *theirs = t->gathered_grads + (size_t)k * n + st->offset;
+            st->b->ops->upload(st->b, t->dp_addend[i], theirs, st->count * sizeof(float));
+            st->b->ops->accumulate(st->b, st->grads, t->dp_addend[i], st->count);
+        }
     return 0;
 }
 
@@ -91,11 +127,8 @@ int sync_dp_step(trainer *t, int B, double *ret_loss) {
     trainer_synchronize(t);
     double c6 = trainer_now();
     /* dlogits carry 1/G already: the sum over ranks is the whole batch's gradient */
-    float *grads = trainer_block_wire(t, MODEL_GRADS, t->grads_wire, true);
-    if ((r = ddp_reduce(t->g, grads, n, DDP_F32, DDP_SUM, 0)) < 0)
-        return trainer_fail(t, r, "reducing gradients onto rank 0: %s", ddp_last_error(t->g));
-    if (t->rank == 0)
-        trainer_block_unwire(t, MODEL_GRADS, grads);
+    if ((r = dp_sum_gradients(t)) < 0)
+        return trainer_fail(t, r, "summing gradients onto rank 0: %s", ddp_last_error(t->g));
     double c7 = trainer_now();
     if (t->rank == 0)
         trainer_sgd_step(t);

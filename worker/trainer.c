@@ -781,6 +781,9 @@ void trainer_close(trainer *t) {
         staging->ops->host_release(staging, t->grads_wire, p);
         staging->ops->host_release(staging, t->outputs_wire, B * (size_t)C * sizeof(float));
         staging->ops->host_release(staging, t->gathered_wire, G * (size_t)C * sizeof(float));
+        staging->ops->host_release(staging, t->gathered_grads, (size_t)t->world * p);
+        for (int i = 0; i < t->m.n_stages; i++)
+            t->m.stages[i].b->ops->release(t->m.stages[i].b, t->dp_addend[i], t->m.stages[i].count * sizeof(float));
         model_close(&t->m);
     }
     if (t->b_split.ops)

@@ -86,6 +86,8 @@ typedef struct trainer {
     float *gathered_mse_targets;
     float *gathered_losses;    /* (global_batch) */
     float *gathered_probs;     /* (global_batch, outputs) */
+    float *gathered_grads;     /* gradients not in host memory: every rank's, (world, n_params), host */
+    float *dp_addend[MODEL_MAX_STAGES]; /* ... and one rank's at a time, on each stage's device */
     /* progress */
     uint64_t step;             /* optimizer steps taken */
     uint64_t epoch;

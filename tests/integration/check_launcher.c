@@ -224,6 +224,21 @@ START_TEST(test_store) {
 }
 END_TEST
 
+/* ddp_job_status: 0 while the job runs, then the code that ended it, with the reason. */
+START_TEST(test_job_status) {
+    const char *args[] = {"-n", "3", "--", "member", "--barriers", "1", "--status", "1", NULL};
+    proc p;
+    run_launcher(&p, args, NULL);
+    for (int r = 0; r < 2; r++) {
+        char line[96];
+        snprintf(line, sizeof(line), "[rank %d] job status -%d: ", r, ECONNABORTED);
+        assert_output_has(&p, line);
+    }
+    assert_output_has(&p, "rank 2 gives up");
+    proc_close(&p);
+}
+END_TEST
+
 START_TEST(test_output_prefixed) {
     const char *script = "echo \"out $RANK\"; echo \"err $RANK\" >&2; printf 'no newline %s' \"$RANK\"";
     const char *args[] = {"-n", "2", "--", "sh", "-c", script, NULL};
@@ -343,6 +358,7 @@ int main(void) {
     tcase_add_test(tc, test_environment);
     tcase_add_test(tc, test_socket_directory_removed);
     tcase_add_test(tc, test_store);
+    tcase_add_test(tc, test_job_status);
     tcase_add_test(tc, test_output_prefixed);
     tcase_add_test(tc, test_private_ddpd_verbose);
     tcase_add_test(tc, test_killed_by_signal);

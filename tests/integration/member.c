@@ -6,7 +6,9 @@
  *   -> "barrier K ok" ... or "barrier K failed: CODE (TEXT): LAST_ERROR"
  * --hang-at K waits forever before barrier K (a member the test will kill).
  * --store 1: rank 0 sets "greeting" after a while, every rank gets it ("store got 'V' (N
- * bytes)"), then every rank gets a key nobody sets ("store_get failed: ..."). */
+ * bytes)"), then every rank gets a key nobody sets ("store_get failed: ...").
+ * --status 1: the last rank aborts the job ("rank N gives up"); the others poll
+ * ddp_job_status until it says so ("job status CODE: LAST_ERROR"), at most 10 s. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,7 @@
 #include "ddp/ddp.h"
 
 int main(int argc, char **argv) {
-    int barriers = 1, hang_at = -1, store = 0;
+    int barriers = 1, hang_at = -1, store = 0, status = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
@@ -23,6 +25,8 @@ int main(int argc, char **argv) {
             hang_at = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--store") == 0)
             store = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--status") == 0)
+            status = atoi(argv[i + 1]);
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -60,6 +64,18 @@ int main(int argc, char **argv) {
             printf("store got '%s' (%zu bytes)\n", value, size);
         if ((r = ddp_store_get(g, "never set", value, sizeof(value), &size)) < 0)
             printf("store_get failed: %d (%s): %s\n", r, ddp_strerror(r), ddp_last_error(g));
+    }
+    if (status) {
+        if (ddp_rank(g) == ddp_world_size(g) - 1) {
+            char reason[64];
+            snprintf(reason, sizeof(reason), "rank %d gives up", ddp_rank(g));
+            ddp_abort(g, reason);
+        } else {
+            int code = 0;
+            for (int i = 0; i < 1000 && !(code = ddp_job_status(g)); i++)
+                usleep(10 * 1000);
+            printf("job status %d: %s\n", code, code ? ddp_last_error(g) : "still running");
+        }
     }
     ddp_finalize(g);
     printf("finalized\n");

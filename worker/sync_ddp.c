@@ -56,35 +56,14 @@ int sync_ddp_setup(trainer *t) {
  * backend's peer stream; the optimizer's kernels are queued behind them. */
 static int sync_ddp_step_peer(trainer *t, int B, double *ret_loss);
 
-static void bucket_range(const trainer *t, int k, size_t *ret_offset, size_t *ret_count) {
-    model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], ret_offset, ret_count);
-}
-
 static void bucket_launch(trainer *t, int k, float *grads) {
     size_t off, count;
-    bucket_range(t, k, &off, &count);
+    trainer_bucket_range(t, k, &off, &count);
     t->bucket_error = ddp_all_reduce_async(t->g, grads + off, count, DDP_F32, DDP_AVG, &t->bucket_req[k]);
     if (t->bucket_error)
         t->bucket_req[k] = NULL;
 }
 
-/* Queues bucket k's copy to the host staging behind the kernels that made it, on the
- * device that holds it; bucket_wait_staged waits for it to land. */
-void sync_bucket_stage(trainer *t, int k) {
-    size_t off, count;
-    backend *b;
-    bucket_range(t, k, &off, &count);
-    const float *src = model_block_at(&t->m, MODEL_GRADS, off, &b);
-    b->ops->download_async(b, t->grads_wire + off, src, count * sizeof(float), k);
-}
-
-void sync_bucket_wait_staged(trainer *t, int k) {
-    size_t off, count;
-    backend *b;
-    bucket_range(t, k, &off, &count);
-    model_block_at(&t->m, MODEL_GRADS, off, &b);
-    b->ops->wait_download(b, k);
-}
 
 /* Called by backward as each layer's gradients complete: launch the bucket it finishes. */
 static void on_layer_done(void *ctx, int layer) {
@@ -96,12 +75,12 @@ static void on_layer_done(void *ctx, int layer) {
         if (t->peer) {
             size_t off, count;
             char err[256];
-            bucket_range(t, k, &off, &count);
+            trainer_bucket_range(t, k, &off, &count);
             if ((t->bucket_error = o->peer_all_reduce_avg(&t->b, t->m.grads + off, count, err, sizeof(err))) < 0)
                 trainer_fail(t, t->bucket_error, "all-reducing gradients at step %llu: %s",
                              (unsigned long long)t->step, err);
         } else if (!trainer_direct(t)) /* queued behind this layer's kernels; sent once it lands */
-            sync_bucket_stage(t, k);
+            trainer_bucket_stage(t, k);
         else if (layer > 0)
             /* The bucket of the first layers completes with backward itself: nothing is
              * left to overlap it with, so sync_ddp_step runs it on this thread, sparing two
@@ -125,16 +104,16 @@ int sync_ddp_step(trainer *t, int B, double *ret_loss) {
     float *grads = trainer_block_wire(t, MODEL_GRADS, t->grads_wire, false);
     if (!direct) /* every bucket but the last to the communication thread as it lands */
         for (int k = 0; k < last && !t->bucket_error; k++) {
-            sync_bucket_wait_staged(t, k);
+            trainer_bucket_wait_staged(t, k);
             bucket_launch(t, k, grads);
         }
     double t1 = trainer_now();
     int r = t->bucket_error;
     if (r == 0) { /* the last bucket: layers 0.. (after the async ones, in order) */
         size_t off, count;
-        bucket_range(t, last, &off, &count);
+        trainer_bucket_range(t, last, &off, &count);
         if (!direct)
-            sync_bucket_wait_staged(t, last);
+            trainer_bucket_wait_staged(t, last);
         r = ddp_all_reduce(t->g, grads + off, count, DDP_F32, DDP_AVG);
     }
     double t1b = trainer_now(); /* communication: the last bucket; waiting: what async ones left */

@@ -25,11 +25,11 @@ static void on_layer_done(void *ctx, int layer) {
     for (int k = 0; k < t->n_buckets; k++)
         if (t->bucket_first[k] == layer && !t->bucket_error) {
             size_t off, count;
-            model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
+            trainer_bucket_range(t, k, &off, &count);
             if (trainer_direct(t))
                 t->bucket_error = ddp_ps_push(t->g, k, t->m.grads + off);
             else
-                sync_bucket_stage(t, k);
+                trainer_bucket_stage(t, k);
         }
 }
 
@@ -42,8 +42,8 @@ int sync_ps_step(trainer *t, int B, double *ret_loss) {
     float *grads = trainer_block_wire(t, MODEL_GRADS, t->grads_wire, false);
     for (int k = 0; k < t->n_buckets && !trainer_direct(t) && !t->bucket_error; k++) {
         size_t off, count;
-        model_layer_range(&m->spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
-        sync_bucket_wait_staged(t, k);
+        trainer_bucket_range(t, k, &off, &count);
+        trainer_bucket_wait_staged(t, k);
         t->bucket_error = ddp_ps_push(t->g, k, grads + off);
     }
     trainer_synchronize(t);
@@ -51,7 +51,7 @@ int sync_ps_step(trainer *t, int B, double *ret_loss) {
     int r = t->bucket_error;
     for (int k = 0; k < t->n_buckets && r == 0; k++) {
         size_t off, count;
-        model_layer_range(&m->spec, t->bucket_first[k], t->bucket_last[k], &off, &count);
+        trainer_bucket_range(t, k, &off, &count);
         r = ddp_ps_pull(t->g, k, grads + off); /* the average replaces this rank's gradients */
     }
     double t2 = trainer_now();

@@ -111,6 +111,20 @@ void trainer_load_batch(trainer *t, const uint32_t *indices, size_t count) {
         out->ops->upload(out, t->mse_targets, t->mse_targets_host, count * (size_t)C * sizeof(float));
 }
 
+/* The sum of B per-row losses on the output device, added up on the host in pieces. */
+static double trainer_sum_losses(trainer *t, const float *losses, int B) {
+    backend *b = t->m.b;
+    float host[4096];
+    double sum = 0;
+    for (int done = 0; done < B; done += 4096) {
+        int n = B - done < 4096 ? B - done : 4096;
+        b->ops->download(b, host, losses + done, (size_t)n * sizeof(float));
+        for (int i = 0; i < n; i++)
+            sum += host[i];
+    }
+    return sum;
+}
+
 double trainer_loss(trainer *t, int B, float *losses, float *probs, const float *logits, const uint8_t *targets,
                     const float *mse_targets, float *dlogits, float scale) {
     backend *b = t->m.b;
@@ -123,15 +137,7 @@ double trainer_loss(trainer *t, int B, float *losses, float *probs, const float 
         o->crossentropy_forward(b, losses, probs, logits, targets, B, C);
         o->crossentropy_backward(b, dlogits, probs, targets, scale, B, C);
     }
-    float host[4096];
-    double sum = 0;
-    for (int done = 0; done < B; done += 4096) { /* the mean of the batch's losses, on the host */
-        int n = B - done < 4096 ? B - done : 4096;
-        o->download(b, host, losses + done, (size_t)n * sizeof(float));
-        for (int i = 0; i < n; i++)
-            sum += host[i];
-    }
-    return sum / B;
+    return trainer_sum_losses(t, losses, B) / B;
 }
 
 double trainer_forward_local(trainer *t, int B) {
@@ -187,6 +193,26 @@ float *trainer_block_wire(trainer *t, model_block which, float *wire, bool fill)
 void trainer_block_unwire(trainer *t, model_block which, const float *wire) {
     if (!trainer_direct(t))
         model_upload_block(&t->m, which, wire);
+}
+
+void trainer_bucket_range(const trainer *t, int k, size_t *ret_offset, size_t *ret_count) {
+    model_layer_range(&t->m.spec, t->bucket_first[k], t->bucket_last[k], ret_offset, ret_count);
+}
+
+void trainer_bucket_stage(trainer *t, int k) {
+    size_t off, count;
+    backend *b;
+    trainer_bucket_range(t, k, &off, &count);
+    const float *src = model_block_at(&t->m, MODEL_GRADS, off, &b);
+    b->ops->download_async(b, t->grads_wire + off, src, count * sizeof(float), k);
+}
+
+void trainer_bucket_wait_staged(trainer *t, int k) {
+    size_t off, count;
+    backend *b;
+    trainer_bucket_range(t, k, &off, &count);
+    model_block_at(&t->m, MODEL_GRADS, off, &b);
+    b->ops->wait_download(b, k);
 }
 
 /* ---- set-up ------------------------------------------------------------------------- */
@@ -517,15 +543,9 @@ static int trainer_evaluate(trainer *t, double *ret_metric) {
         t->b.ops->upload(&t->b, m->acts[0], d->x + i * d->dim, (size_t)B * d->dim * sizeof(float));
         model_forward(m, B);
         if (m->spec.loss == LOSS_MSE) { /* the mean squared error instead of an accuracy */
-            float losses[4096];
             out->ops->upload(out, t->mse_targets, t->toy_test_targets + i * (size_t)C, (size_t)B * C * sizeof(float));
             out->ops->mse_forward(out, m->losses, m->acts[m->spec.n_layers], t->mse_targets, B, C);
-            for (int done = 0; done < B; done += 4096) {
-                int n = B - done < 4096 ? B - done : 4096;
-                out->ops->download(out, losses, m->losses + done, (size_t)n * sizeof(float));
-                for (int k = 0; k < n; k++)
-                    totals[0] += losses[k];
-            }
+            totals[0] += trainer_sum_losses(t, m->losses, B);
         } else {
             out->ops->upload(out, t->targets, d->y + i, (size_t)B);
             totals[0] += (double)out->ops->count_correct(out, m->acts[m->spec.n_layers], t->targets, B, C);
@@ -718,7 +738,7 @@ int trainer_run(trainer *t) {
         if (!t->opts->metrics && t->mode != MODE_DP && (r = ddp_all_reduce(t->g, &loss_sum, 1, DDP_F64, DDP_AVG)) < 0)
             return trainer_fail(t, r, "all-reducing the loss: %s", ddp_last_error(t->g));
         bool epoch_done = t->step_in_epoch >= steps_per_epoch;
-        double accuracy = NAN, test_metric;
+        double accuracy = NAN, test_metric = NAN;
         if ((r = trainer_evaluate(t, &test_metric)) < 0)
             return r;
         bool mse = t->m.spec.loss == LOSS_MSE;

@@ -143,12 +143,14 @@ void trainer_unwire(trainer *t, float *dev, const float *wire, size_t n);
 /* The same for a whole block of the model (n_params floats, whatever devices hold it). */
 float *trainer_block_wire(trainer *t, model_block which, float *wire, bool fill);
 void trainer_block_unwire(trainer *t, model_block which, const float *wire);
+/* Gradient bucket k (ddp and ps modes): its range in the flat layout; when the gradients
+ * are not host memory, its copy to the staging (grads_wire) queued behind the kernels that
+ * made it, on the device that holds it, and the wait for it to land. */
+void trainer_bucket_range(const trainer *t, int k, size_t *ret_offset, size_t *ret_count);
+void trainer_bucket_stage(trainer *t, int k);
+void trainer_bucket_wait_staged(trainer *t, int k);
 double trainer_now(void);
 
-/* ddp and ps modes, when the gradients are not host memory: queue bucket k's copy to the
- * host staging (grads_wire) behind the kernels that made it; wait for it to land. */
-void sync_bucket_stage(trainer *t, int k);
-void sync_bucket_wait_staged(trainer *t, int k);
 int sync_ddp_setup(trainer *t);
 int sync_ddp_step(trainer *t, int B, double *ret_loss);
 int sync_dp_setup(trainer *t);

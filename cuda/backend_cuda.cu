@@ -27,16 +27,8 @@ namespace {
 backend_fatal_fn fatal_fn;
 void *fatal_ctx;
 
-cuda_impl *impl_of(backend *b) {
-    return static_cast<cuda_impl *>(b->impl);
-}
-
-cuda_impl *enter(backend *b) {
-    return cuda_enter(b);
-}
-
 void *cuda_alloc(backend *b, size_t bytes) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     void *p = nullptr;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e == cudaErrorMemoryAllocation) { /* out of memory is the caller's to report */
@@ -52,13 +44,13 @@ void *cuda_alloc(backend *b, size_t bytes) {
 void cuda_release(backend *b, void *p, size_t bytes) {
     if (!p)
         return;
-    enter(b);
+    cuda_enter(b);
     CUDA_TRY(cudaFree(p));
     backend_count_release(&b->memory, bytes);
 }
 
 void *cuda_host_alloc(backend *b, size_t bytes) {
-    enter(b);
+    cuda_enter(b);
     void *p = nullptr;
     cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
     if (e == cudaErrorMemoryAllocation) {
@@ -74,13 +66,13 @@ void *cuda_host_alloc(backend *b, size_t bytes) {
 void cuda_host_release(backend *b, void *p, size_t bytes) {
     if (!p)
         return;
-    enter(b);
+    cuda_enter(b);
     CUDA_TRY(cudaFreeHost(p));
     backend_count_release(&b->host, bytes);
 }
 
 void cuda_upload(backend *b, void *dst, const void *host, size_t bytes) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     if (!bytes)
         return;
     CUDA_TRY(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->compute));
@@ -88,7 +80,7 @@ void cuda_upload(backend *b, void *dst, const void *host, size_t bytes) {
 }
 
 void cuda_download(backend *b, void *host, const void *src, size_t bytes) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     if (!bytes)
         return;
     CUDA_TRY(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, c->compute));
@@ -96,7 +88,7 @@ void cuda_download(backend *b, void *host, const void *src, size_t bytes) {
 }
 
 void cuda_download_async(backend *b, void *host, const void *src, size_t bytes, int stage) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     if (stage < 0 || stage >= BACKEND_MAX_STAGES)
         cuda_fail("download_async", "stage out of range", __FILE__, __LINE__);
     CUDA_TRY(cudaEventRecord(c->queued, c->compute));
@@ -107,26 +99,26 @@ void cuda_download_async(backend *b, void *host, const void *src, size_t bytes, 
 }
 
 void cuda_wait_download(backend *b, int stage) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     if (stage < 0 || stage >= BACKEND_MAX_STAGES)
         cuda_fail("wait_download", "stage out of range", __FILE__, __LINE__);
     CUDA_TRY(cudaEventSynchronize(c->staged[stage]));
 }
 
 void cuda_zero(backend *b, void *p, size_t bytes) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     if (bytes)
         CUDA_TRY(cudaMemsetAsync(p, 0, bytes, c->compute));
 }
 
 void cuda_synchronize(backend *b) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     CUDA_TRY(cudaStreamSynchronize(c->compute));
     CUDA_TRY(cudaStreamSynchronize(c->copy));
 }
 
 int cuda_device_memory(backend *b, size_t *ret_used, size_t *ret_total) {
-    enter(b);
+    cuda_enter(b);
     size_t free_bytes = 0, total = 0;
     CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
     *ret_used = total - free_bytes;
@@ -136,7 +128,7 @@ int cuda_device_memory(backend *b, size_t *ret_used, size_t *ret_total) {
 
 void cuda_linear_forward(backend *b, float *out, const float *inp, const float *weight, const float *bias, int B,
                          int IC, int OC) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     const float one = 1.0f;
     kernel_bias_rows(out, bias, B, OC, c->compute); /* start from the bias, let the GEMM add */
     /* out^T (OC, B) += W (OC, IC) . inp^T (IC, B); W^T is stored (IC, OC), inp^T (IC, B) */
@@ -145,7 +137,7 @@ void cuda_linear_forward(backend *b, float *out, const float *inp, const float *
 
 void cuda_linear_backward(backend *b, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                           const float *weight, int B, int IC, int OC) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     const float one = 1.0f, zero = 0.0f;
     if (dinp) /* dinp^T (IC, B) = W^T (IC, OC) . dout^T (OC, B) */
         CUBLAS_TRY(
@@ -156,42 +148,42 @@ void cuda_linear_backward(backend *b, float *dinp, float *dweight, float *dbias,
 }
 
 void cuda_relu_forward(backend *b, float *x, size_t n) {
-    kernel_relu_forward(x, n, enter(b)->compute);
+    kernel_relu_forward(x, n, cuda_enter(b)->compute);
 }
 
 void cuda_relu_backward(backend *b, float *dinp, const float *dout, const float *out, size_t n) {
-    kernel_relu_backward(dinp, dout, out, n, enter(b)->compute);
+    kernel_relu_backward(dinp, dout, out, n, cuda_enter(b)->compute);
 }
 
 void cuda_crossentropy_forward(backend *b, float *losses, float *probs, const float *logits, const uint8_t *targets,
                                int B, int C) {
-    kernel_crossentropy_forward(losses, probs, logits, targets, B, C, enter(b)->compute);
+    kernel_crossentropy_forward(losses, probs, logits, targets, B, C, cuda_enter(b)->compute);
 }
 
 void cuda_crossentropy_backward(backend *b, float *dlogits, const float *probs, const uint8_t *targets, float scale,
                                 int B, int C) {
-    kernel_crossentropy_backward(dlogits, probs, targets, scale, B, C, enter(b)->compute);
+    kernel_crossentropy_backward(dlogits, probs, targets, scale, B, C, cuda_enter(b)->compute);
 }
 
 void cuda_mse_forward(backend *b, float *losses, const float *out, const float *target, int B, int C) {
-    kernel_mse_forward(losses, out, target, B, C, enter(b)->compute);
+    kernel_mse_forward(losses, out, target, B, C, cuda_enter(b)->compute);
 }
 
 void cuda_mse_backward(backend *b, float *dout, const float *out, const float *target, float scale, int B, int C) {
-    kernel_mse_backward(dout, out, target, scale, B, C, enter(b)->compute);
+    kernel_mse_backward(dout, out, target, scale, B, C, cuda_enter(b)->compute);
 }
 
 void cuda_sgd_step(backend *b, float *params, float *velocity, const float *grads, size_t n, float lr, float momentum,
                    int first_step) {
-    kernel_sgd_step(params, velocity, grads, n, lr, momentum, first_step, enter(b)->compute);
+    kernel_sgd_step(params, velocity, grads, n, lr, momentum, first_step, cuda_enter(b)->compute);
 }
 
 void cuda_accumulate(backend *b, float *acc, const float *in, size_t n) {
-    kernel_accumulate(acc, in, n, enter(b)->compute);
+    kernel_accumulate(acc, in, n, cuda_enter(b)->compute);
 }
 
 long cuda_count_correct(backend *b, const float *logits, const uint8_t *targets, int B, int C) {
-    cuda_impl *c = enter(b);
+    cuda_impl *c = cuda_enter(b);
     unsigned long long correct = 0;
     CUDA_TRY(cudaMemsetAsync(c->correct, 0, sizeof(*c->correct), c->compute));
     kernel_count_correct(c->correct, logits, targets, B, C, c->compute);
@@ -201,10 +193,10 @@ long cuda_count_correct(backend *b, const float *logits, const uint8_t *targets,
 }
 
 void cuda_close(backend *b) {
-    cuda_impl *c = impl_of(b);
+    cuda_impl *c = static_cast<cuda_impl *>(b->impl);
     if (!c)
         return;
-    enter(b);
+    cuda_enter(b);
     cuda_peer_close(c);
     CUDA_TRY(cudaStreamSynchronize(c->compute));
     CUDA_TRY(cudaStreamSynchronize(c->copy));

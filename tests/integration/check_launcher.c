@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "tests/integration/harness.h"
+#include "tests/check_main.h"
 
 #define WAIT_MS 20000 /* generous: a failure is a missing line, never a slow one */
 
@@ -344,7 +345,7 @@ START_TEST(test_max_restarts) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("launcher");
     TCase *tc = tcase_create("launcher");
     tcase_set_timeout(tc, 120);
@@ -365,9 +366,5 @@ int main(void) {
     tcase_add_loop_test(tc, test_program_cannot_run, 0, 3);
     tcase_add_test(tc, test_usage_errors);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "tests/integration/harness.h"
+#include "tests/check_main.h"
 
 #define WAIT_MS 20000 /* generous: a failure is a missing line, never a slow one */
 
@@ -654,7 +655,7 @@ START_TEST(test_jobs_side_by_side) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("rendezvous");
     TCase *tc = tcase_create("rendezvous");
     tcase_set_timeout(tc, 120);
@@ -676,9 +677,5 @@ int main(void) {
     tcase_add_test(tc, test_jobs_side_by_side);
     tcase_add_test(tc, test_parameter_server);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "tests/integration/harness.h"
+#include "tests/check_main.h"
 
 #define WAIT_MS 20000
 
@@ -183,7 +184,7 @@ START_TEST(test_stall_report) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
 #ifndef DDP_HAVE_SYSTEMD
     puts("built without libsystemd: skipped");
     return 77;
@@ -194,9 +195,5 @@ int main(void) {
     tcase_add_test(tc, test_notify_and_metrics);
     tcase_add_test(tc, test_stall_report);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

@@ -10,6 +10,7 @@
 #include "worker/backend.h"
 #include "worker/model.h"
 #include "worker/rng.h"
+#include "tests/check_main.h"
 
 static backend b;
 
@@ -271,7 +272,7 @@ START_TEST(test_model_names) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("backend");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     TCase *all[] = {core, limits};
@@ -288,9 +289,5 @@ int main(void) {
     tcase_add_test(core, test_sgd_matches_torch);
     tcase_add_test(limits, test_accounting);
     tcase_add_test(limits, test_model_names);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

@@ -13,6 +13,7 @@
 
 #include "worker/backend.h"
 #include "worker/rng.h"
+#include "tests/check_main.h"
 
 static backend cpu, gpu;
 
@@ -286,7 +287,7 @@ static bool have_gpu(char *why, size_t size) {
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     char why[256];
     if (!have_gpu(why, sizeof(why))) {
         printf("check_backend_cuda: skipped: %s\n", why);
@@ -306,9 +307,5 @@ int main(void) {
     tcase_add_test(tc, test_staged_download);
     tcase_add_exit_test(tc, test_cuda_error_exits, BACKEND_EXIT_DEVICE_ERROR);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

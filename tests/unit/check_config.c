@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "tests/check_main.h"
 
 typedef struct {
     char *listen;
@@ -210,7 +211,7 @@ START_TEST(test_config_set) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("config");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits"), *bad = tcase_create("malformed");
     TCase *all[] = {core, limits, bad};
@@ -227,9 +228,5 @@ int main(void) {
     tcase_add_test(core, test_help_text);
     tcase_add_test(limits, test_config_set);
     tcase_add_loop_test(bad, test_bad_input, 0, (int)(sizeof(bad_inputs) / sizeof(bad_inputs[0])));
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

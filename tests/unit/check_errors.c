@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "tests/check_main.h"
 
 static const int project_codes[] = {ETIMEDOUT, ECONNABORTED, ECONNREFUSED, EHOSTUNREACH, EPROTO,  EBADMSG,
                                     EMSGSIZE,  EPROTONOSUPPORT, EEXIST,   EBUSY,        ESHUTDOWN, EPIPE,
@@ -108,7 +109,7 @@ START_TEST(test_log_levels) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("errors");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_every_code_has_its_own_text);
@@ -119,9 +120,5 @@ int main(void) {
     tcase_add_test(limits, test_log_ratelimit);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "common/idx.h"
+#include "tests/check_main.h"
 #include "common/limits.h"
 #include "idx_files.h"
 
@@ -458,7 +459,7 @@ START_TEST(test_hostile) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/check_idx_XXXXXX");
     if (!mkdtemp(tmp_dir)) {
         perror("mkdtemp");
@@ -484,10 +485,7 @@ int main(void) {
     tcase_add_test(limits, test_large_file_grows_and_truncation);
     tcase_add_test(limits, test_lying_header);
     tcase_add_loop_test(bad, test_hostile, 0, (int)(sizeof(hostile) / sizeof(hostile[0])));
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int code = check_main(s, argc, argv);
     remove_tree(tmp_dir);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return code;
 }

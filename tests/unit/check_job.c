@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "server/job.h"
+#include "tests/check_main.h"
 
 /* Member i: identity "peer-i", pid 1000 + i, host "host-i". */
 static job_member member(uint32_t i, int32_t requested_rank) {
@@ -417,7 +418,7 @@ START_TEST(test_check_join_reason_truncated) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("job");
 
     TCase *core = tcase_create("core");
@@ -451,9 +452,5 @@ int main(void) {
     tcase_add_test(malformed, test_check_join_reason_truncated);
     suite_add_tcase(s, malformed);
 
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

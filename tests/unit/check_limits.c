@@ -12,6 +12,7 @@
 #include "common/wire.h"
 #include "server/job.h"
 #include "server/store.h"
+#include "tests/check_main.h"
 
 #define DEATH_NOTICE_MS 3000 /* the promise: a dead member is named to the others within 3 s */
 
@@ -535,7 +536,7 @@ START_TEST(test_store_binary_values) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("limits");
 
     TCase *core = tcase_create("core");
@@ -566,9 +567,5 @@ int main(void) {
     tcase_add_test(malformed, test_store_binary_values);
     suite_add_tcase(s, malformed);
 
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

@@ -20,6 +20,7 @@
 
 #include "common/dtype.h"
 #include "common/reduce.h"
+#include "tests/check_main.h"
 
 #define EXPECT(cond, ...)                                                                                              \
     do {                                                                                                               \
@@ -1087,7 +1088,7 @@ START_TEST(test_zero_length) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("reduce");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits"), *bad = tcase_create("malformed");
     TCase *all[] = {core, limits, bad};
@@ -1119,9 +1120,5 @@ int main(void) {
     tcase_add_test(bad, test_invalid_dtype_is_noop);
     tcase_add_test(bad, test_nan_payloads);
     tcase_add_test(bad, test_zero_length);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

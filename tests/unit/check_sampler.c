@@ -9,6 +9,7 @@
 
 #include "common/limits.h"
 #include "worker/sampler.h"
+#include "tests/check_main.h"
 
 static char err[512];
 
@@ -384,7 +385,7 @@ START_TEST(test_too_many_samples) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("sampler");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits"), *bad = tcase_create("malformed");
     TCase *all[] = {core, limits, bad};
@@ -404,9 +405,5 @@ int main(void) {
     tcase_add_test(limits, test_edges_accepted);
     tcase_add_loop_test(bad, test_bad_input, 0, (int)(sizeof(bad_inputs) / sizeof(bad_inputs[0])));
     tcase_add_test(bad, test_too_many_samples);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

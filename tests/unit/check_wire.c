@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "common/wire.h"
+#include "tests/check_main.h"
 
 #define ENDPOINT "inproc://check-wire"
 #define DEALER_ID "worker-7"
@@ -1513,7 +1514,7 @@ START_TEST(test_validate_direct) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("wire");
 
     TCase *core = tcase_create("core");
@@ -1566,9 +1567,5 @@ int main(void) {
     tcase_add_test(malformed, test_validate_direct);
     suite_add_tcase(s, malformed);
 
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(s, argc, argv);
 }

@@ -1,4 +1,4 @@
-/* The CUDA backend: worker/backend.h on one GPU. GEMMs on cuBLAS, the rest in kernels.cu,
+/* The CUDA backend: worker/trainer/backend.h on one GPU. GEMMs on cuBLAS, the rest in kernels.cu,
  * all queued on one compute stream in order; copies for staging gradients run on a second
  * stream, so they overlap the backward work queued after them.
  *

@@ -7,7 +7,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "worker/backend.h"
+#include "worker/trainer/backend.h"
 
 /* Where failures are reported: set when a backend opens. */
 void cuda_set_fatal(backend_fatal_fn fatal, void *ctx);

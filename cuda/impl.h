@@ -4,7 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "worker/backend.h"
+#include "worker/trainer/backend.h"
 
 struct cuda_impl {
     cudaStream_t compute, copy;

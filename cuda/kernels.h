@@ -1,5 +1,5 @@
 /* The CUDA backend's kernels, one launcher each, queued on the given stream. Each mirrors
- * the CPU op of the same name (worker/backend_cpu.c) element for element; the tests hold
+ * the CPU op of the same name (worker/trainer/backend_cpu.c) element for element; the tests hold
  * them to it. Row-wise kernels give a row to a thread: the models here have few classes. */
 #pragma once
 #include <cuda_runtime.h>

@@ -10,7 +10,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
-#include "common/prometheus.h"
+#include "server/prometheus.h"
 #include "common/wire.h"
 
 typedef struct {

@@ -8,7 +8,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
-#include "common/prometheus.h"
+#include "server/prometheus.h"
 
 #define SERVER_DISPATCH_BATCH 1024 /* messages per dispatch, so the tick is never starved */
 

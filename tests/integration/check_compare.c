@@ -1,9 +1,8 @@
 /* ddp-compare on four workers of the mlp model: the report's numbers show DataParallel's
  * imbalance and DDP's balance, report.json follows the committed schema, report.svg is
- * XML that names every mode. */
+ * XML that names every mode (tests/compare/report_checks.c). */
 #include <check.h>
 #include <cJSON.h>
-#include <expat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +10,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "tests/integration/harness.h"
 #include "tests/check_main.h"
+#include "tests/compare/report_checks.h"
+#include "tests/integration/harness.h"
 
 #define WAIT_MS 100000     /* one launch, at most */
 
@@ -29,89 +29,6 @@ static void teardown(void) {
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f, "%s missing", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
-/* The subset of JSON Schema the committed schema uses: type, required, properties, items,
- * minItems, minimum, enum. Fails the test at the first violation, naming the path. */
-static void validate(const cJSON *v, const cJSON *schema, const char *at) {
-    const cJSON *type = cJSON_GetObjectItem(schema, "type");
-    if (cJSON_IsString(type)) {
-        const char *t = type->valuestring;
-        bool ok = (!strcmp(t, "object") && cJSON_IsObject(v)) || (!strcmp(t, "array") && cJSON_IsArray(v)) ||
-                  (!strcmp(t, "string") && cJSON_IsString(v)) || (!strcmp(t, "number") && cJSON_IsNumber(v)) ||
-                  (!strcmp(t, "integer") && cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble) ||
-                  (!strcmp(t, "boolean") && cJSON_IsBool(v));
-        ck_assert_msg(ok, "%s: not of type %s", at, t);
-    }
-    const cJSON *min = cJSON_GetObjectItem(schema, "minimum");
-    if (min && cJSON_IsNumber(v))
-        ck_assert_msg(v->valuedouble >= min->valuedouble, "%s: %g below the minimum %g", at, v->valuedouble,
-                      min->valuedouble);
-    const cJSON *en = cJSON_GetObjectItem(schema, "enum"), *e;
-    if (en) {
-        bool found = false;
-        cJSON_ArrayForEach(e, en) found = found || (cJSON_IsString(v) && !strcmp(e->valuestring, v->valuestring));
-        ck_assert_msg(found, "%s: not one of the allowed values", at);
-    }
-    const cJSON *req = cJSON_GetObjectItem(schema, "required"), *r;
-    cJSON_ArrayForEach(r, req) ck_assert_msg(cJSON_GetObjectItem(v, r->valuestring), "%s: '%s' missing", at,
-                                             r->valuestring);
-    const cJSON *props = cJSON_GetObjectItem(schema, "properties"), *p;
-    cJSON_ArrayForEach(p, props) {
-        const cJSON *child = cJSON_GetObjectItem(v, p->string);
-        if (child) {
-            char sub[256];
-            snprintf(sub, sizeof(sub), "%s.%s", at, p->string);
-            validate(child, p, sub);
-        }
-    }
-    const cJSON *items = cJSON_GetObjectItem(schema, "items"), *minItems = cJSON_GetObjectItem(schema, "minItems");
-    if (minItems)
-        ck_assert_msg(cJSON_GetArraySize(v) >= minItems->valueint, "%s: fewer than %d items", at, minItems->valueint);
-    if (items) {
-        int i = 0;
-        const cJSON *x;
-        cJSON_ArrayForEach(x, v) {
-            char sub[256];
-            snprintf(sub, sizeof(sub), "%s[%d]", at, i++);
-            validate(x, items, sub);
-        }
-    }
-}
-
-typedef struct {
-    char text[8192];
-    size_t len;
-    int elements;
-} svg_seen;
-
-static void svg_start(void *user, const XML_Char *name, const XML_Char **attrs) {
-    (void)name;
-    (void)attrs;
-    ((svg_seen *)user)->elements++;
-}
-
-static void svg_text(void *user, const XML_Char *s, int len) {
-    svg_seen *seen = user;
-    if (seen->len + (size_t)len + 2 < sizeof(seen->text)) {
-        memcpy(seen->text + seen->len, s, (size_t)len);
-        seen->len += (size_t)len;
-        seen->text[seen->len++] = '\n';
-        seen->text[seen->len] = '\0';
-    }
 }
 
 static const cJSON *mode_of(const cJSON *report, const char *name) {
@@ -141,10 +58,9 @@ START_TEST(test_compare_mlp_on_four) {
 
     char path[256];
     snprintf(path, sizeof(path), "%s/report.json", out);
-    char *text = slurp(path), *schema_text = slurp(SCHEMA_PATH);
-    cJSON *report = cJSON_Parse(text), *schema = cJSON_Parse(schema_text);
-    ck_assert_msg(report && schema, "report.json or the schema is not JSON");
-    validate(report, schema, "report");
+    char *text = report_read_file(path);
+    report_check_json(text);
+    cJSON *report = cJSON_Parse(text);
 
     /* DataParallel: rank 0 holds the velocity and the gathered outputs on top of what every rank holds */
     const cJSON *dp = mode_of(report, "dp");
@@ -168,28 +84,15 @@ START_TEST(test_compare_mlp_on_four) {
     const cJSON *ps = mode_of(report, "ps");
     ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ps, "busiest_link"), "to")->valuestring, "ddpd");
     cJSON_Delete(report);
-    cJSON_Delete(schema);
     free(text);
-    free(schema_text);
 
     snprintf(path, sizeof(path), "%s/report.svg", out);
-    char *svg = slurp(path);
-    XML_Parser parser = XML_ParserCreate(NULL);
-    svg_seen seen = {0};
-    XML_SetUserData(parser, &seen);
-    XML_SetElementHandler(parser, svg_start, NULL);
-    XML_SetCharacterDataHandler(parser, svg_text);
-    ck_assert_msg(XML_Parse(parser, svg, (int)strlen(svg), 1) == XML_STATUS_OK, "report.svg is not XML: %s at line %lu",
-                  XML_ErrorString(XML_GetErrorCode(parser)), (unsigned long)XML_GetCurrentLineNumber(parser));
-    XML_ParserFree(parser);
-    ck_assert_int_gt(seen.elements, 10);
-    const char *names[] = {"\ndp\n", "\nddp\n", "\nps\n"};
-    for (int i = 0; i < 3; i++)
-        ck_assert_msg(strstr(seen.text, names[i]) || strstr(seen.text, names[i] + 1), "the SVG does not name %s",
-                      names[i] + 1);
+    char *svg = report_read_file(path);
+    static const char *const modes[] = {"dp", "ddp", "ps"};
+    report_check_svg(svg, modes, 3);
     free(svg);
     snprintf(path, sizeof(path), "%s/report.md", out);
-    char *md = slurp(path);
+    char *md = report_read_file(path);
     ck_assert_msg(strstr(md, "| dp |") && strstr(md, "| ddp |") && strstr(md, "| ps |"), "%s", md);
     free(md);
 }

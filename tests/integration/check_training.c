@@ -13,7 +13,7 @@
 #include <zlib.h>
 
 #include "tests/integration/harness.h"
-#include "worker/checkpoint.h"
+#include "worker/trainer/checkpoint.h"
 #include "tests/check_main.h"
 
 #define WAIT_MS 120000     /* one launch, at most */

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/backend.h"
-#include "worker/model.h"
-#include "worker/rng.h"
+#include "worker/trainer/backend.h"
+#include "worker/trainer/model.h"
+#include "worker/trainer/rng.h"
 #include "tests/check_main.h"
 
 static backend b;

@@ -1,5 +1,5 @@
 /* The CUDA backend against the CPU backend, op by op, on the same inputs: every op of
- * worker/backend.h with an explicit tolerance (exact where the math has no rounding to
+ * worker/trainer/backend.h with an explicit tolerance (exact where the math has no rounding to
  * differ in), plus memory accounting, staging copies and the fatal path. Exits 77 (skip)
  * where no GPU can be used. */
 #include <check.h>
@@ -11,8 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "worker/backend.h"
-#include "worker/rng.h"
+#include "worker/trainer/backend.h"
+#include "worker/trainer/rng.h"
 #include "tests/check_main.h"
 
 static backend cpu, gpu;

@@ -1,4 +1,4 @@
-/* worker/dataset.c: a directory of four IDX files, checked and normalised with the training
+/* worker/trainer/dataset.c: a directory of four IDX files, checked and normalised with the training
  * statistics; Debian's Fashion-MNIST when it is installed. */
 #include <check.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 
 #include "idx_files.h"
 #include "tests/check_main.h"
-#include "worker/dataset.h"
+#include "worker/trainer/dataset.h"
 
 static char tmp_root[64];
 static char err[1024];

@@ -1,4 +1,4 @@
-/* common/idx.c: IDX images and labels, plain or gzip'd, and every way a file can be wrong. */
+/* worker/trainer/idx.c: IDX images and labels, plain or gzip'd, and every way a file can be wrong. */
 #include <check.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "common/idx.h"
+#include "worker/trainer/idx.h"
 #include "tests/check_main.h"
 #include "common/limits.h"
 #include "idx_files.h"

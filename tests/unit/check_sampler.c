@@ -1,4 +1,4 @@
-/* worker/sampler.c: which samples each rank trains on, per step and epoch. */
+/* worker/trainer/sampler.c: which samples each rank trains on, per step and epoch. */
 #include <check.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/limits.h"
-#include "worker/sampler.h"
+#include "worker/trainer/sampler.h"
 #include "tests/check_main.h"
 
 static char err[512];

@@ -1,0 +1,64 @@
+#include "server/prometheus.h"
+
+#include <string.h>
+
+/* Label values are printable ASCII already (wire.c); quotes and backslashes are escaped. */
+static void label(FILE *out, const char *s) {
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+void prometheus_write(FILE *out, const Ddp__StatusReply *st) {
+    size_t forming = 0, running = 0;
+    for (size_t i = 0; i < st->n_jobs; i++)
+        strcmp(st->jobs[i]->state, "running") == 0 ? running++ : forming++;
+    fprintf(out, "# HELP ddpd_up Whether ddpd answered.\n# TYPE ddpd_up gauge\nddpd_up 1\n");
+    fprintf(out, "# HELP ddpd_uptime_seconds Seconds since ddpd started.\n# TYPE ddpd_uptime_seconds gauge\n");
+    fprintf(out, "ddpd_uptime_seconds %.3f\n", (double)st->uptime_ms / 1000.0);
+    fprintf(out, "# HELP ddpd_jobs Jobs ddpd holds, by state.\n# TYPE ddpd_jobs gauge\n");
+    fprintf(out, "ddpd_jobs{state=\"forming\"} %zu\nddpd_jobs{state=\"running\"} %zu\n", forming, running);
+    fprintf(out, "# HELP ddpd_job_members Members that joined a job.\n# TYPE ddpd_job_members gauge\n");
+    for (size_t i = 0; i < st->n_jobs; i++) {
+        fprintf(out, "ddpd_job_members{job=\"");
+        label(out, st->jobs[i]->name);
+        fprintf(out, "\",state=\"%s\",mode=\"", st->jobs[i]->state);
+        label(out, st->jobs[i]->mode);
+        fprintf(out, "\"} %zu\n", st->jobs[i]->n_members);
+    }
+    fprintf(out, "# HELP ddpd_job_world_size The world size a job forms at.\n# TYPE ddpd_job_world_size gauge\n");
+    for (size_t i = 0; i < st->n_jobs; i++) {
+        fprintf(out, "ddpd_job_world_size{job=\"");
+        label(out, st->jobs[i]->name);
+        fprintf(out, "\"} %u\n", st->jobs[i]->world_size);
+    }
+    fprintf(out, "# HELP ddpd_member_last_heard_seconds Seconds since ddpd last heard from a member.\n"
+                 "# TYPE ddpd_member_last_heard_seconds gauge\n");
+    for (size_t i = 0; i < st->n_jobs; i++)
+        for (size_t k = 0; k < st->jobs[i]->n_members; k++) {
+            const Ddp__MemberStatus *m = st->jobs[i]->members[k];
+            fprintf(out, "ddpd_member_last_heard_seconds{job=\"");
+            label(out, st->jobs[i]->name);
+            fprintf(out, "\",rank=\"%d\",pid=\"%u\",host=\"", m->rank, m->pid);
+            label(out, m->host);
+            fprintf(out, "\"} %.3f\n", (double)m->last_heard_ms / 1000.0);
+        }
+    static const char *const progress[][2] = {
+        {"ddpd_member_step", "Training steps a member reported."},
+        {"ddpd_member_samples_per_second", "A member's throughput as it reported it."},
+        {"ddpd_member_waiting_seconds", "How long a member has been blocked in a collective (0: not)."},
+    };
+    for (int p = 0; p < 3; p++) {
+        fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", progress[p][0], progress[p][1], progress[p][0]);
+        for (size_t i = 0; i < st->n_jobs; i++)
+            for (size_t k = 0; k < st->jobs[i]->n_members; k++) {
+                const Ddp__MemberStatus *m = st->jobs[i]->members[k];
+                fprintf(out, "%s{job=\"", progress[p][0]);
+                label(out, st->jobs[i]->name);
+                double v = p == 0 ? (double)m->step : p == 1 ? m->samples_per_s : (double)m->waiting_ms / 1000.0;
+                fprintf(out, "\",rank=\"%d\"} %.6g\n", m->rank, v);
+            }
+    }
+}

@@ -1,0 +1,487 @@
+#define _GNU_SOURCE /* process_vm_readv */
+/* The process group: joining through ddpd, ranks, barrier, errors. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "worker/libddp/coll.h"
+#include "worker/libddp/group.h"
+
+#define GROUP_PROBE_TAG (-1) /* negative tags are the library's own */
+
+static _Thread_local char init_error[DDP_MAX_REASON + 256];
+
+/* ---- options ---------------------------------------------------------------------- */
+
+/* The options with every unset field filled from the environment or the default. */
+typedef struct {
+    const unsigned long long *ps_buckets;
+    size_t n_ps_buckets;
+    char coordinator[DDP_MAX_ENDPOINT + 1];
+    char job[DDP_MAX_JOB_NAME + 1];
+    char mode[DDP_MAX_MODE + 1];
+    char data_endpoint[DDP_MAX_ENDPOINT + 1];
+    int world_size, rank, local_rank;
+    int timeout_ms, join_timeout_ms, connect_timeout_ms;
+} group_settings;
+
+DDP_EXPORT void ddp_options_init(ddp_options *opts) {
+    *opts = (ddp_options)DDP_OPTIONS_INIT;
+}
+
+static int env_int(const char *name, int min, int max, int *value) {
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < min || v > max) {
+        snprintf(init_error, sizeof(init_error), "environment %s='%.32s' is not an integer in [%d, %d]", name, s, min,
+                 max);
+        return -EINVAL;
+    }
+    *value = (int)v;
+    return 0;
+}
+
+static int settings_string(char *dst, size_t size, const char *from_opts, const char *env, const char *def,
+                           const char *what) {
+    const char *v = from_opts ? from_opts : (env && getenv(env) && *getenv(env)) ? getenv(env) : def;
+    if (strlen(v) >= size) {
+        snprintf(init_error, sizeof(init_error), "%s '%.64s...' is longer than %zu bytes", what, v, size - 1);
+        return -EINVAL;
+    }
+    snprintf(dst, size, "%s", v);
+    return 0;
+}
+
+static int settings_resolve(const ddp_options *o, group_settings *s) {
+    ddp_options none = DDP_OPTIONS_INIT;
+    if (!o)
+        o = &none;
+    *s = (group_settings){.rank = -1, .local_rank = 0};
+
+    if (o->coordinator || getenv("DDP_COORDINATOR"))
+        TRY(settings_string(s->coordinator, sizeof(s->coordinator), o->coordinator, "DDP_COORDINATOR", "",
+                            "coordinator"));
+    else {
+        const char *addr = getenv("MASTER_ADDR");
+        int port = 29500;
+        TRY(env_int("MASTER_PORT", 1, 65535, &port));
+        if (!addr || !*addr)
+            addr = "127.0.0.1";
+        bool v6 = strchr(addr, ':') != NULL;
+        if ((size_t)snprintf(s->coordinator, sizeof(s->coordinator), v6 ? "tcp://[%s]:%d" : "tcp://%s:%d", addr,
+                             port) >= sizeof(s->coordinator)) {
+            snprintf(init_error, sizeof(init_error), "MASTER_ADDR is too long");
+            return -EINVAL;
+        }
+    }
+    TRY(settings_string(s->job, sizeof(s->job), o->job, "DDP_JOB", "default", "job name"));
+    if (!wire_name_valid(s->job, DDP_MAX_JOB_NAME)) {
+        snprintf(init_error, sizeof(init_error), "job name '%.64s' is not 1-%d of [A-Za-z0-9._-]", s->job,
+                 DDP_MAX_JOB_NAME);
+        return -EINVAL;
+    }
+    TRY(settings_string(s->mode, sizeof(s->mode), o->mode, NULL, "", "mode"));
+    if (s->mode[0] && !wire_name_valid(s->mode, DDP_MAX_MODE)) {
+        snprintf(init_error, sizeof(init_error), "mode '%s' is not a name", s->mode);
+        return -EINVAL;
+    }
+    TRY(settings_string(s->data_endpoint, sizeof(s->data_endpoint), o->data_endpoint, "DDP_DATA_ENDPOINT",
+                        "tcp://127.0.0.1:*", "data endpoint"));
+
+    s->world_size = o->world_size;
+    if (s->world_size <= 0)
+        TRY(env_int("WORLD_SIZE", 1, DDP_MAX_WORLD_SIZE, &s->world_size));
+    if (s->world_size <= 0 || s->world_size > DDP_MAX_WORLD_SIZE) {
+        snprintf(init_error, sizeof(init_error),
+                 "world size not set or out of range: set ddp_options.world_size or WORLD_SIZE to 1..%d",
+                 DDP_MAX_WORLD_SIZE);
+        return -EINVAL;
+    }
+    s->rank = o->rank;
+    if (s->rank < 0)
+        TRY(env_int("RANK", 0, s->world_size - 1, &s->rank));
+    if (s->rank >= s->world_size) {
+        snprintf(init_error, sizeof(init_error), "rank %d is not below the world size %d", s->rank, s->world_size);
+        return -EINVAL;
+    }
+    s->local_rank = o->local_rank;
+    if (s->local_rank < 0) {
+        s->local_rank = 0;
+        TRY(env_int("LOCAL_RANK", 0, DDP_MAX_WORLD_SIZE - 1, &s->local_rank));
+    }
+    s->ps_buckets = o->ps_buckets;
+    s->n_ps_buckets = o->n_ps_buckets;
+    if (s->n_ps_buckets > DDP_MAX_PS_BUCKETS || (s->n_ps_buckets && !s->ps_buckets)) {
+        snprintf(init_error, sizeof(init_error), "ps_buckets: %zu buckets (at most %d)", s->n_ps_buckets,
+                 DDP_MAX_PS_BUCKETS);
+        return -EINVAL;
+    }
+    s->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DDP_DEFAULT_TIMEOUT_MS;
+    s->join_timeout_ms = o->join_timeout_ms > 0 ? o->join_timeout_ms : DDP_DEFAULT_JOIN_TIMEOUT_MS;
+    s->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : DDP_DEFAULT_CONNECT_TIMEOUT_MS;
+    if (o->timeout_ms <= 0)
+        TRY(env_int("DDP_TIMEOUT_MS", 1, DDP_MAX_TIMEOUT_MS, &s->timeout_ms));
+    if (o->join_timeout_ms <= 0)
+        TRY(env_int("DDP_JOIN_TIMEOUT_MS", 1, DDP_MAX_TIMEOUT_MS, &s->join_timeout_ms));
+    if (o->connect_timeout_ms <= 0)
+        TRY(env_int("DDP_CONNECT_TIMEOUT_MS", 1, DDP_MAX_TIMEOUT_MS, &s->connect_timeout_ms));
+    return 0;
+}
+
+/* ---- requests --------------------------------------------------------------------- */
+
+int group_fail(ddp_group *g, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->last_error, sizeof(g->last_error), fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+void group_envelope(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType type) {
+    wire_envelope_init(env, type, g->job, g->rank, g->generation, ++g->next_seq);
+}
+
+int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int timeout_ms, const char *timeout_text,
+                  agent_event **ret_event) {
+    if (g->failed)
+        return g->failed;
+    int r = agent_send(&g->agent, env);
+    if (r < 0)
+        return group_fail(g, r, "could not hand a %s request to the control thread: %s", wire_type_name(env->type),
+                          error_string(r));
+    uint64_t deadline = clock_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        agent_event *ev = NULL;
+        r = agent_next(&g->agent, clock_ms_until(deadline), &ev);
+        if (r == -EINTR)
+            continue;
+        if (r == -ETIMEDOUT)
+            return group_fail(g, r, "%s", timeout_text);
+        if (r < 0)
+            return group_fail(g, r, "waiting for ddpd's answer to %s: %s", wire_type_name(env->type),
+                              error_string(r));
+        const Ddp__Envelope *reply = ev->msg.env;
+        if (!reply) { /* the agent lost the coordinator */
+            g->failed = group_fail(g, ev->failure, "%s", ev->text);
+            agent_event_free(ev);
+            return g->failed;
+        }
+        if (reply->type == DDP__MSG_TYPE__ABORT) {
+            g->failed = group_fail(g, reply->abort->code, "job '%s' aborted: %s", g->job, reply->abort->reason);
+            agent_event_free(ev);
+            return g->failed;
+        }
+        if (reply->type == DDP__MSG_TYPE__GRAD_AVG && reply->grad_avg->bucket < g->n_ps_buckets &&
+            !g->ps_early[reply->grad_avg->bucket]) {
+            g->ps_early[reply->grad_avg->bucket] = ev; /* ps mode: for the next ddp_ps_pull */
+            continue;
+        }
+        if (reply->seq != env->seq) { /* a late answer to an earlier request */
+            agent_event_free(ev);
+            continue;
+        }
+        if (reply->type == reply_type) {
+            *ret_event = ev;
+            return 0;
+        }
+        if (reply->type == DDP__MSG_TYPE__ERROR || reply->type == DDP__MSG_TYPE__REJECT) {
+            const char *text = reply->type == DDP__MSG_TYPE__ERROR ? reply->error->message : reply->reject->reason;
+            r = group_fail(g, reply->type == DDP__MSG_TYPE__ERROR ? reply->error->code : reply->reject->code, "%s",
+                           text);
+            agent_event_free(ev);
+            return r;
+        }
+        r = group_fail(g, -EPROTO, "ddpd answered a %s request with %s", wire_type_name(env->type),
+                       wire_type_name(reply->type));
+        agent_event_free(ev);
+        return r;
+    }
+}
+
+/* ---- the group -------------------------------------------------------------------- */
+
+static void group_free(ddp_group *g) {
+    comm_close(g);
+    pthread_mutex_destroy(&g->queue_lock);
+    pthread_cond_destroy(&g->queue_changed);
+    if (g->endpoints)
+        for (int i = 0; i < g->world_size; i++)
+            free(g->endpoints[i]);
+    free(g->endpoints);
+    free(g->pids);
+    for (size_t i = 0; g->ps_early && i < g->n_ps_buckets; i++)
+        agent_event_free(g->ps_early[i]);
+    free(g->ps_early);
+    free(g->ps_buckets);
+    free(g->ps_push_step);
+    free(g->ps_pull_step);
+    if (g->data)
+        zmq_close(g->data);
+    if (g->zmq_ctx)
+        zmq_ctx_term(g->zmq_ctx);
+    comm_destroy_locks(g);
+    free(g);
+}
+
+static int group_bind_data(ddp_group *g, const char *endpoint) {
+    g->data = zmq_socket(g->zmq_ctx, ZMQ_PULL);
+    if (!g->data)
+        return -errno;
+    TRY(comm_socket_setup(g->data));
+    if (zmq_bind(g->data, endpoint) < 0) {
+        int r = -errno;
+        snprintf(init_error, sizeof(init_error), "Failed to bind the data endpoint '%s': %s", endpoint,
+                 zmq_strerror(-r));
+        return r;
+    }
+    size_t len = sizeof(g->data_endpoint);
+    if (zmq_getsockopt(g->data, ZMQ_LAST_ENDPOINT, g->data_endpoint, &len) < 0)
+        return -errno;
+    return 0;
+}
+
+static int group_join(ddp_group *g, const group_settings *s) {
+    char host[DDP_MAX_HOST + 1] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    Ddp__Join body = DDP__JOIN__INIT;
+    body.world_size = (uint32_t)s->world_size;
+    body.rank = s->rank;
+    body.mode = (char *)s->mode;
+    body.pid = (uint32_t)getpid();
+    body.host = host;
+    body.data_endpoint = g->data_endpoint;
+    body.ps_buckets = g->ps_buckets;
+    body.n_ps_buckets = g->n_ps_buckets;
+    Ddp__Envelope env;
+    group_envelope(g, &env, DDP__MSG_TYPE__JOIN);
+    env.join = &body;
+
+    char timeout_text[DDP_MAX_REASON];
+    snprintf(timeout_text, sizeof(timeout_text), "job '%s' did not form within %d ms at %s", g->job,
+             s->join_timeout_ms, g->coordinator);
+    agent_event *ev = NULL;
+    int r = group_request(g, &env, DDP__MSG_TYPE__WELCOME, s->join_timeout_ms, timeout_text, &ev);
+    if (r < 0) {
+        snprintf(init_error, sizeof(init_error), "%s", g->last_error);
+        return r;
+    }
+    const Ddp__Welcome *w = ev->msg.env->welcome;
+    if ((int)w->world_size != s->world_size || (s->rank >= 0 && (int)w->rank != s->rank)) {
+        snprintf(init_error, sizeof(init_error), "ddpd welcomed rank %u of %u, not what was asked (%d of %d)", w->rank,
+                 w->world_size, s->rank, s->world_size);
+        agent_event_free(ev);
+        return -EPROTO;
+    }
+    g->rank = (int)w->rank;
+    g->generation = w->generation;
+    g->endpoints = calloc(w->world_size, sizeof(char *));
+    g->pids = calloc(w->world_size, sizeof(uint32_t));
+    g->one_host = true;
+    for (size_t i = 0; g->endpoints && g->pids && i < w->n_endpoints; i++) {
+        if (!(g->endpoints[i] = strdup(w->endpoints[i])))
+            r = -ENOMEM;
+        g->pids[i] = w->pids[i];
+        g->one_host = g->one_host && strcmp(w->hosts[i], w->hosts[w->rank]) == 0;
+    }
+    agent_event_free(ev);
+    if (!g->endpoints || !g->pids || r < 0) {
+        snprintf(init_error, sizeof(init_error), "out of memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Whether this rank may read its left neighbour's memory (process_vm_readv needs the same
+ * user and no ptrace restriction); every rank must agree before any rank relies on it. */
+static int group_probe_remote_reads(ddp_group *g) {
+    static const uint64_t magic = 0x216b6f2064706464ull; /* "ddpd ok!" */
+    int left = (g->rank + g->world_size - 1) % g->world_size, right = (g->rank + 1) % g->world_size;
+    comm_call call = {.kind = COLL_SEND, .t = DTYPE_I64, .count = 1, .root = right,
+                      .deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms};
+    uint64_t addr = (uint64_t)(uintptr_t)&magic, remote_addr = 0, value = 0;
+    TRY(comm_send(g, right, &call, GROUP_PROBE_TAG, 0, &addr, 1, false));
+    comm_frame *f;
+    call.root = left;
+    TRY(comm_recv(g, left, &call, GROUP_PROBE_TAG, &f));
+    memcpy(&remote_addr, f->data, sizeof(remote_addr));
+    comm_frame_free(f);
+    struct iovec local = {&value, sizeof(value)}, remote = {(void *)(uintptr_t)remote_addr, sizeof(value)};
+    int32_t ok = process_vm_readv((pid_t)g->pids[left], &local, 1, &remote, 1, 0) == (ssize_t)sizeof(value) &&
+                 value == magic;
+    const char *wanted = getenv("DDP_REMOTE_READS"); /* "0": sockets only, for comparison or doubt */
+    if (wanted && strcmp(wanted, "0") == 0)
+        ok = 0;
+    TRY(ddp_all_reduce(g, &ok, 1, DDP_I32, DDP_MIN));
+    g->comm.remote_reads = ok;
+    return 0;
+}
+
+DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
+    init_error[0] = '\0';
+    group_settings s;
+    int r = settings_resolve(opts, &s);
+    if (r < 0)
+        return r;
+    ddp_group *g = calloc(1, sizeof(*g));
+    if (!g) {
+        snprintf(init_error, sizeof(init_error), "out of memory");
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&g->queue_lock, NULL);
+    pthread_cond_init(&g->queue_changed, NULL);
+    snprintf(g->coordinator, sizeof(g->coordinator), "%s", s.coordinator);
+    if (s.n_ps_buckets) {
+        g->n_ps_buckets = s.n_ps_buckets;
+        g->ps_buckets = calloc(s.n_ps_buckets, sizeof(uint64_t));
+        g->ps_push_step = calloc(s.n_ps_buckets, sizeof(uint64_t));
+        g->ps_pull_step = calloc(s.n_ps_buckets, sizeof(uint64_t));
+        g->ps_early = calloc(s.n_ps_buckets, sizeof(agent_event *));
+        if (!g->ps_buckets || !g->ps_push_step || !g->ps_pull_step || !g->ps_early) {
+            r = -ENOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < s.n_ps_buckets; i++)
+            g->ps_buckets[i] = s.ps_buckets[i];
+    }
+    snprintf(g->job, sizeof(g->job), "%s", s.job);
+    g->rank = -1;
+    g->world_size = s.world_size;
+    g->local_rank = s.local_rank;
+    g->timeout_ms = s.timeout_ms;
+    g->zmq_ctx = zmq_ctx_new();
+    if (!g->zmq_ctx) {
+        r = -errno;
+        snprintf(init_error, sizeof(init_error), "cannot create a ZeroMQ context: %s", zmq_strerror(-r));
+        goto fail;
+    }
+    /* Two I/O threads: ZeroMQ puts the data plane's receiving and sending sockets on
+     * different ones, so a ring step's outgoing chunk does not wait behind an incoming one. */
+    zmq_ctx_set(g->zmq_ctx, ZMQ_IO_THREADS, 2);
+    if ((r = group_bind_data(g, s.data_endpoint)) < 0)
+        goto fail;
+    if ((r = agent_start(&g->agent, g->zmq_ctx, s.coordinator, s.job, s.connect_timeout_ms)) < 0) {
+        snprintf(init_error, sizeof(init_error), "cannot connect to the coordinator '%s': %s", s.coordinator,
+                 r == -EINVAL ? "not a valid ZeroMQ endpoint" : error_string(r));
+        goto fail;
+    }
+    if ((r = group_join(g, &s)) < 0)
+        goto fail;
+    if ((r = comm_init(g)) < 0) {
+        snprintf(init_error, sizeof(init_error), "out of memory");
+        goto fail;
+    }
+    if (g->one_host && g->world_size > 1 && (r = group_probe_remote_reads(g)) < 0) {
+        snprintf(init_error, sizeof(init_error), "%s", g->last_error);
+        goto fail;
+    }
+    *ret_group = g;
+    return 0;
+fail:
+    if (!init_error[0])
+        snprintf(init_error, sizeof(init_error), "%s", error_string(r));
+    agent_stop(&g->agent, NULL);
+    group_free(g);
+    return r;
+}
+
+DDP_EXPORT int ddp_abort(ddp_group *g, const char *reason) {
+    if (!g)
+        return -EINVAL;
+    char text[DDP_MAX_REASON];
+    snprintf(text, sizeof(text), "%s", reason && *reason ? reason : "no reason given");
+    for (char *c = text; *c; c++) /* the wire takes printable ASCII */
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+            *c = ' ';
+    char host[DDP_MAX_HOST + 1] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    Ddp__Abort body = DDP__ABORT__INIT;
+    body.rank = g->rank;
+    body.pid = (uint32_t)getpid();
+    body.host = host;
+    body.code = -ECONNABORTED;
+    body.reason = text;
+    Ddp__Envelope env;
+    group_envelope(g, &env, DDP__MSG_TYPE__ABORT);
+    env.abort = &body;
+    return agent_send(&g->agent, &env); /* the Leave of ddp_finalize follows it on the same connection */
+}
+
+DDP_EXPORT void ddp_finalize(ddp_group *g) {
+    if (!g)
+        return;
+    coll_shutdown(g);
+    Ddp__Leave body = DDP__LEAVE__INIT;
+    Ddp__Envelope env;
+    group_envelope(g, &env, DDP__MSG_TYPE__LEAVE);
+    env.leave = &body;
+    agent_stop(&g->agent, g->failed ? NULL : &env);
+    group_free(g);
+}
+
+DDP_EXPORT int ddp_job_status(ddp_group *g) {
+    if (!g)
+        return -EINVAL;
+    int code = atomic_load(&g->agent.abort_code);
+    if (!code)
+        return 0;
+    return group_fail(g, code, "%s", g->agent.abort_text);
+}
+
+DDP_EXPORT int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s) {
+    if (!g)
+        return -EINVAL;
+    agent_set_progress(&g->agent, step, samples_per_s);
+    return 0;
+}
+
+DDP_EXPORT int ddp_rank(const ddp_group *g) {
+    return g->rank;
+}
+
+DDP_EXPORT int ddp_world_size(const ddp_group *g) {
+    return g->world_size;
+}
+
+DDP_EXPORT int ddp_local_rank(const ddp_group *g) {
+    return g->local_rank;
+}
+
+DDP_EXPORT int ddp_barrier(ddp_group *g) {
+    coll_drain(g); /* after every async request before it, as every call on the group */
+    Ddp__Barrier body = DDP__BARRIER__INIT;
+    body.round = g->barrier_round;
+    Ddp__Envelope env;
+    group_envelope(g, &env, DDP__MSG_TYPE__BARRIER);
+    env.barrier = &body;
+    char timeout_text[128];
+    snprintf(timeout_text, sizeof(timeout_text), "barrier %llu timed out after %d ms: another rank has not reached it",
+             (unsigned long long)g->barrier_round, g->timeout_ms);
+    agent_event *ev = NULL;
+    int r = group_request(g, &env, DDP__MSG_TYPE__BARRIER, g->timeout_ms, timeout_text, &ev);
+    if (r == -ETIMEDOUT) /* ddpd still counts us as arrived: the group cannot go on */
+        g->failed = r;
+    if (r < 0)
+        return r;
+    agent_event_free(ev);
+    g->barrier_round++;
+    return 0;
+}
+
+DDP_EXPORT const char *ddp_strerror(int err) {
+    return error_string(err);
+}
+
+DDP_EXPORT const char *ddp_last_error(const ddp_group *g) {
+    return g ? g->last_error : init_error;
+}

@@ -1,0 +1,63 @@
+/* The process group's insides, shared by the files of libddp. */
+#pragma once
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/limits.h"
+#include "ddp/ddp.h"
+#include "worker/libddp/agent.h"
+#include "worker/libddp/comm.h"
+
+/* What leaves libddp.so: the public API of ddp.h; everything else is hidden. */
+#define DDP_EXPORT __attribute__((visibility("default")))
+
+struct ddp_group {
+    char coordinator[DDP_MAX_ENDPOINT + 1];
+    char job[DDP_MAX_JOB_NAME + 1];
+    int rank, world_size, local_rank;
+    int timeout_ms;
+    uint64_t generation;
+    uint64_t next_seq;        /* of control requests */
+    uint64_t barrier_round;
+    char **endpoints;         /* every rank's data endpoint, in rank order */
+    uint32_t *pids;           /* every rank's pid */
+    bool one_host;            /* every rank runs on this host */
+    void *zmq_ctx;
+    void *data;               /* this rank's data socket, bound at init */
+    char data_endpoint[DDP_MAX_ENDPOINT + 1];
+    agent agent;
+    comm comm;
+    uint64_t coll_seq;        /* collectives issued so far, every rank in the same order */
+    _Atomic int failed;       /* the first fatal error (an Abort, a lost coordinator), or 0; the
+                                 communication thread may set it while the caller reads it */
+    char last_error[DDP_MAX_REASON + 256];
+
+    /* ps mode: the declared buckets, the step of each, averages that came early */
+    uint64_t *ps_buckets;
+    size_t n_ps_buckets;
+    uint64_t *ps_push_step, *ps_pull_step;
+    agent_event **ps_early;   /* (n_ps_buckets) an average waiting to be pulled */
+
+    /* The communication thread that runs async requests, in order, one at a time. */
+    pthread_t comm_thread;
+    bool comm_thread_started;
+    pthread_mutex_t queue_lock;
+    pthread_cond_t queue_changed;
+    struct ddp_request *queue_head, *queue_tail;
+    bool comm_busy;           /* a request is running on it */
+    bool stopping;
+};
+
+/* Records err and its description as the group's last error; returns err. */
+int group_fail(ddp_group *g, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Sends a control request and waits up to timeout_ms for the reply with its sequence
+ * number (of type reply_type, or an Error). Every failure is recorded in last_error: an
+ * Abort, a lost coordinator, ddpd's error, or timeout_text when the time runs out
+ * (-ETIMEDOUT). The caller frees *ret_event on success. */
+int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int timeout_ms, const char *timeout_text,
+                  agent_event **ret_event);
+
+/* Fills the header of a request from this group: type, job, rank, generation, next seq. */
+void group_envelope(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType type);

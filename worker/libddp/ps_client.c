@@ -1,0 +1,103 @@
+/* Parameter-server mode, the worker's side: push a bucket of gradients to ddpd, pull the
+ * average of every rank's back. Averages travel on the control connection, through the
+ * group's control thread, like every message from ddpd. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "worker/libddp/group.h"
+
+static int ps_check(ddp_group *g, int bucket, const void *buf, const char *what) {
+    if (!g)
+        return -EINVAL;
+    if (g->failed)
+        return g->failed;
+    if (!g->n_ps_buckets)
+        return group_fail(g, -EINVAL, "%s: the group declared no ps buckets (ddp_options.ps_buckets)", what);
+    if (bucket < 0 || (size_t)bucket >= g->n_ps_buckets)
+        return group_fail(g, -EINVAL, "%s: bucket %d is not one of the %zu declared", what, bucket, g->n_ps_buckets);
+    if (!buf)
+        return group_fail(g, -EINVAL, "%s: NULL buffer", what);
+    return 0;
+}
+
+DDP_EXPORT int ddp_ps_push(ddp_group *g, int bucket, const float *grads) {
+    TRY(ps_check(g, bucket, grads, "ps_push"));
+    if (g->ps_push_step[bucket] != g->ps_pull_step[bucket])
+        return group_fail(g, -EINVAL, "ps_push: bucket %d was pushed for step %llu and not pulled yet", bucket,
+                          (unsigned long long)g->ps_pull_step[bucket]);
+    Ddp__GradPush body = DDP__GRAD_PUSH__INIT;
+    body.step = g->ps_push_step[bucket];
+    body.bucket = (uint32_t)bucket;
+    Ddp__Envelope env;
+    group_envelope(g, &env, DDP__MSG_TYPE__GRAD_PUSH);
+    env.grad_push = &body;
+    int r = agent_send_payload(&g->agent, &env, grads, g->ps_buckets[bucket] * sizeof(float));
+    if (r < 0)
+        return group_fail(g, r, "ps_push: could not hand bucket %d to the control thread: %s", bucket, error_string(r));
+    g->ps_push_step[bucket]++;
+    g->comm.bytes_sent += g->ps_buckets[bucket] * sizeof(float);
+    g->comm.sent_to[g->world_size] += g->ps_buckets[bucket] * sizeof(float);
+    return 0;
+}
+
+/* Takes an average out of an event; false when the event is not one. */
+static bool ps_is_average(const agent_event *ev) {
+    return ev->msg.env && ev->msg.env->type == DDP__MSG_TYPE__GRAD_AVG && ev->msg.n_payload == 1;
+}
+
+DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
+    TRY(ps_check(g, bucket, ret_average, "ps_pull"));
+    size_t bytes = g->ps_buckets[bucket] * sizeof(float);
+    uint64_t step = g->ps_pull_step[bucket];
+    if (step >= g->ps_push_step[bucket])
+        return group_fail(g, -EINVAL, "ps_pull: bucket %d was not pushed for step %llu", bucket,
+                          (unsigned long long)step);
+    uint64_t deadline = clock_now_ms() + (uint64_t)g->timeout_ms;
+    agent_event *ev = g->ps_early[bucket];
+    g->ps_early[bucket] = NULL;
+    while (!ev) {
+        int r = agent_next(&g->agent, clock_ms_until(deadline), &ev);
+        if (r == -EINTR)
+            continue;
+        if (r == -ETIMEDOUT)
+            return g->failed = group_fail(g, r, "ps_pull: no average of bucket %d (step %llu) from ddpd within %d ms",
+                                          bucket, (unsigned long long)step, g->timeout_ms);
+        if (r < 0)
+            return group_fail(g, r, "ps_pull: %s", error_string(r));
+        const Ddp__Envelope *e = ev->msg.env;
+        if (!e) { /* the control thread lost ddpd */
+            g->failed = group_fail(g, ev->failure, "%s", ev->text);
+        } else if (e->type == DDP__MSG_TYPE__ABORT) {
+            g->failed = group_fail(g, e->abort->code, "job '%s' aborted: %s", g->job, e->abort->reason);
+        } else if (e->type == DDP__MSG_TYPE__ERROR) { /* ddpd refused a push */
+            g->failed = group_fail(g, e->error->code, "%s", e->error->message);
+        } else if (ps_is_average(ev) && e->grad_avg->bucket < g->n_ps_buckets &&
+                   e->grad_avg->bucket != (uint32_t)bucket && !g->ps_early[e->grad_avg->bucket]) {
+            g->ps_early[e->grad_avg->bucket] = ev; /* another bucket's, pulled later */
+            ev = NULL;
+            continue;
+        } else if (ps_is_average(ev) && e->grad_avg->bucket == (uint32_t)bucket) {
+            break;
+        }
+        agent_event_free(ev); /* a late reply to something else */
+        ev = NULL;
+        if (g->failed)
+            return g->failed;
+    }
+    const Ddp__GradAvg *avg = ev->msg.env->grad_avg;
+    int r = 0;
+    if (avg->step != step || zmq_msg_size(&ev->msg.payload[0]) != bytes)
+        r = g->failed = group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d of step %llu (%zu bytes) for step %llu (%zu)",
+                                   bucket, (unsigned long long)avg->step, zmq_msg_size(&ev->msg.payload[0]),
+                                   (unsigned long long)step, bytes);
+    else {
+        memcpy(ret_average, zmq_msg_data(&ev->msg.payload[0]), bytes);
+        g->ps_pull_step[bucket]++;
+        g->comm.bytes_received += bytes;
+        g->comm.received_from[g->world_size] += bytes;
+    }
+    agent_event_free(ev);
+    return r;
+}

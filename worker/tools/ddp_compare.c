@@ -1,0 +1,298 @@
+/* ddp-compare: the same training in each sync mode, side by side.
+ *
+ *   ddp-compare -n 4 --modes dp,ddp,ps --steps 100 --out DIR -- --model mlp
+ *
+ * Each mode runs as its own job (a private ddpd unless --coordinator), every rank writing
+ * its metrics; then one table: samples/s, step time split into compute, communication and
+ * waiting, each rank's peak tracked device memory and RSS with the imbalance max/min,
+ * bytes each rank moved, the busiest link, final loss and accuracy. DIR gets report.json,
+ * report.md (the table) and report.svg (throughput per mode, memory per rank per mode). */
+#include <cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/config.h"
+#include "common/limits.h"
+#include "common/log.h"
+#include "worker/tools/compare_report.h"
+#include "worker/tools/launcher.h"
+
+#define COMPARE_MAX_MODES 3
+#define COMPARE_SWEEP 4
+
+typedef struct {
+    int nproc;
+    char *modes;
+    int steps, epochs;
+    char *out;
+    char *coordinator;
+    bool sweep_buckets;
+    bool help, version;
+} compare_options;
+
+static const config_option compare_table[] = {
+    {"nproc", CONFIG_INT, 1, COMPARE_MAX_RANKS, "2", offsetof(compare_options, nproc), "workers per run", "N", NULL,
+     NULL, 'n'},
+    {"modes", CONFIG_STRING, 1, 64, "dp,ddp,ps", offsetof(compare_options, modes), "sync modes to compare", "LIST"},
+    {"steps", CONFIG_INT, 0, 100000000, "0", offsetof(compare_options, steps), "optimizer steps per run", "S"},
+    {"epochs", CONFIG_INT, 0, 10000, "0", offsetof(compare_options, epochs), "epochs per run (default: 1)", "E"},
+    {"out", CONFIG_STRING, 1, 4096, "ddp-compare", offsetof(compare_options, out),
+     "directory for metrics and the reports", "DIR"},
+    {"coordinator", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, NULL, offsetof(compare_options, coordinator),
+     "use this ddpd instead of a private one per run", "EP"},
+    {"sweep-buckets", CONFIG_BOOL, 0, 1, NULL, offsetof(compare_options, sweep_buckets),
+     "also run ddp with bucket sizes 0.25, 1, 5 and 25 MiB and report samples/s for each"},
+    {"version", CONFIG_BOOL, 0, 1, NULL, offsetof(compare_options, version), "print the version and exit", NULL, NULL,
+     NULL, 'V'},
+    {"help", CONFIG_BOOL, 0, 1, NULL, offsetof(compare_options, help), "print this help and exit", NULL, NULL, NULL,
+     'h'},
+};
+
+static const config_spec compare_spec = {
+    .program = "ddp-compare",
+    .usage = "-n N [--modes dp,ddp,ps] [--steps S | --epochs E] [--out DIR] [-- WORKER ARGS...]",
+    .summary = "Runs the same training in each sync mode and compares throughput, time, memory and traffic.",
+    .env_prefix = "DDP_COMPARE_",
+    .options = compare_table,
+    .n_options = sizeof(compare_table) / sizeof(compare_table[0]),
+};
+
+static double number(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+/* The last epoch line of a rank's metrics file, and the training seconds of all of them. */
+static cJSON *last_epoch(const char *path, double *ret_seconds, char *err, size_t err_size) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, err_size, "%.400s: %s", path, strerror(errno));
+        return NULL;
+    }
+    cJSON *last = NULL;
+    char *line = NULL;
+    size_t cap = 0;
+    *ret_seconds = 0;
+    while (getline(&line, &cap, f) > 0) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *type = j ? cJSON_GetObjectItem(j, "type") : NULL;
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "epoch")) {
+            *ret_seconds += number(j, "seconds");
+            cJSON_Delete(last);
+            last = j;
+        } else
+            cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+    if (!last)
+        snprintf(err, err_size, "%.400s: no epoch line", path);
+    return last;
+}
+
+static int collect(const char *out, const char *tag, mode_result *m, int world, char *err, size_t err_size) {
+    m->world = world;
+    double min = 0, max = 0;
+    m->link_bytes = -1;
+    for (int r = 0; r < world; r++) {
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/%s-%d.jsonl", out, tag, r);
+        double seconds;
+        cJSON *e = last_epoch(path, &seconds, err, err_size);
+        if (!e)
+            return -EBADMSG;
+        rank_result *rr = &m->ranks[r];
+        /* the devices this rank trained on ("cpu", "cuda:K"; two with --devices): their
+         * tracked peaks add up; the GPU's own figure is the first one's */
+        const cJSON *devices = cJSON_GetObjectItem(e, "device_memory");
+        const cJSON *dev = devices ? devices->child : NULL;
+        rr->peak_tracked = 0;
+        for (const cJSON *d = dev; d; d = d->next)
+            rr->peak_tracked += number(d, "peak_bytes");
+        rr->device_used = cJSON_GetObjectItem(dev, "device_used_bytes") ? number(dev, "device_used_bytes") : -1;
+        rr->peak_rss_kb = number(e, "peak_rss_kb");
+        rr->sent = number(e, "bytes_sent");
+        rr->received = number(e, "bytes_received");
+        rr->compute_s = number(e, "compute_s");
+        rr->comm_s = number(e, "comm_s");
+        rr->wait_s = number(e, "wait_s");
+        min = r == 0 || rr->peak_tracked < min ? rr->peak_tracked : min;
+        max = r == 0 || rr->peak_tracked > max ? rr->peak_tracked : max;
+        const cJSON *to = cJSON_GetObjectItem(e, "bytes_to");
+        for (int p = 0; p < cJSON_GetArraySize(to); p++) {
+            double b = cJSON_GetArrayItem(to, p)->valuedouble;
+            if (b > m->link_bytes) {
+                m->link_bytes = b;
+                m->link_from = r;
+                m->link_to = p;
+            }
+        }
+        if (r == 0) { /* the whole run's rate, not the last epoch's */
+            m->seconds = seconds;
+            m->samples_per_s = seconds > 0 ? number(e, "step") * number(e, "global_batch") / seconds : 0;
+            m->loss = number(e, "loss");
+            m->accuracy = number(e, "test_accuracy");
+            m->steps = (int)number(e, "step");
+        }
+        cJSON_Delete(e);
+    }
+    m->imbalance = min > 0 ? max / min : 0;
+    return 0;
+}
+
+static int run_mode(const compare_options *o, const char *program, char **extra, int n_extra, const char *mode,
+                    double bucket_mb, const char *tag) {
+    char metrics[4200], steps[32], bucket[32];
+    snprintf(metrics, sizeof(metrics), "%s/%s-%%r.jsonl", o->out, tag);
+    char **argv = calloc((size_t)n_extra + 16, sizeof(char *));
+    int k = 0;
+    argv[k++] = (char *)"ddp-worker";
+    argv[k++] = (char *)"--mode";
+    argv[k++] = (char *)mode;
+    argv[k++] = (char *)"--metrics";
+    argv[k++] = metrics;
+    if (o->steps) {
+        snprintf(steps, sizeof(steps), "%d", o->steps);
+        argv[k++] = (char *)"--steps";
+        argv[k++] = steps;
+    } else {
+        snprintf(steps, sizeof(steps), "%d", o->epochs ? o->epochs : 1);
+        argv[k++] = (char *)"--epochs";
+        argv[k++] = steps;
+    }
+    for (int i = 0; i < n_extra; i++)
+        argv[k++] = extra[i];
+    if (bucket_mb > 0) { /* last, so that it wins over the worker args */
+        snprintf(bucket, sizeof(bucket), "%g", bucket_mb);
+        argv[k++] = (char *)"--bucket-mb";
+        argv[k++] = bucket;
+    }
+    argv[k] = NULL;
+    launcher_options launch = {.nproc = o->nproc, .coordinator = o->coordinator, .grace_ms = 5000,
+                               .program = program, .argv = argv};
+    printf("ddp-compare: %s mode%s\n", mode, bucket_mb > 0 ? " (bucket sweep)" : "");
+    fflush(stdout);
+    int code = 1;
+    launcher_run(&launch, &code);
+    free(argv);
+    return code;
+}
+
+/* dir/name, whole or with an error that says why (the writer's, or the disk's). */
+static int write_report(const char *dir, const char *name, int (*write)(FILE *f, const compare_report *r),
+                        const compare_report *report) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "ddp-compare: cannot write %s: %s\n", path, strerror(errno));
+        return -errno;
+    }
+    int r = write(f, report);
+    if (fclose(f) != 0 && r == 0)
+        r = -errno;
+    if (r < 0)
+        fprintf(stderr, "ddp-compare: cannot write %s: %s\n", path, strerror(-r));
+    return r;
+}
+
+int main(int argc, char **argv) {
+    compare_options o = {0};
+    char err[512];
+    int first = argc;
+    /* worker args come after "--": find it first, options end there */
+    int dash = argc;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--")) {
+            dash = i;
+            break;
+        }
+    int r = config_load(&compare_spec, &o, dash, argv, &first, err, sizeof(err));
+    if (r < 0 || first < dash) {
+        fprintf(stderr, "ddp-compare: %s\n", r < 0 ? err : "unexpected argument (worker flags go after --)");
+        config_free(&compare_spec, &o);
+        return 2;
+    }
+    if (o.help || o.version) {
+        if (o.version)
+            printf("ddp-compare %s\n", DDP_VERSION);
+        else
+            config_print_help(&compare_spec, stdout);
+        config_free(&compare_spec, &o);
+        return 0;
+    }
+    log_set_prefix("ddp-compare");
+    log_set_level(LOG_LEVEL_WARN);
+    char **extra = argv + (dash < argc ? dash + 1 : argc);
+    int n_extra = dash < argc ? argc - dash - 1 : 0;
+
+    mode_result results[COMPARE_MAX_MODES + COMPARE_SWEEP] = {0};
+    int n_modes = 0, code = 0;
+    char modes[80];
+    snprintf(modes, sizeof(modes), "%s", o.modes);
+    for (char *m = strtok(modes, ","); m; m = strtok(NULL, ",")) {
+        if ((strcmp(m, "ddp") && strcmp(m, "dp") && strcmp(m, "ps")) || n_modes == COMPARE_MAX_MODES) {
+            fprintf(stderr, "ddp-compare: --modes: '%s' is not ddp, dp or ps (each at most once)\n", m);
+            config_free(&compare_spec, &o);
+            return 2;
+        }
+        snprintf(results[n_modes++].mode, sizeof(results[0].mode), "%s", m);
+    }
+    char dir[PATH_MAX], program[PATH_MAX + 16];
+    if (launcher_self_dir(dir, sizeof(dir)) < 0) {
+        fprintf(stderr, "ddp-compare: cannot find its own directory\n");
+        return 1;
+    }
+    snprintf(program, sizeof(program), "%s/ddp-worker", dir);
+    if (mkdir(o.out, 0755) < 0 && errno != EEXIST) {
+        fprintf(stderr, "ddp-compare: cannot create %s: %s\n", o.out, strerror(errno));
+        config_free(&compare_spec, &o);
+        return 1;
+    }
+    for (int i = 0; i < n_modes && code == 0; i++) {
+        code = run_mode(&o, program, extra, n_extra, results[i].mode, 0, results[i].mode);
+        if (code == 0 && collect(o.out, results[i].mode, &results[i], o.nproc, err, sizeof(err)) < 0) {
+            fprintf(stderr, "ddp-compare: %s\n", err);
+            code = 1;
+        }
+    }
+    static const double sweep[COMPARE_SWEEP] = {0.25, 1, 5, 25};
+    mode_result swept[COMPARE_SWEEP] = {0};
+    for (int i = 0; o.sweep_buckets && i < COMPARE_SWEEP && code == 0; i++) {
+        char tag[32];
+        snprintf(tag, sizeof(tag), "ddp-bucket-%g", sweep[i]);
+        snprintf(swept[i].mode, sizeof(swept[i].mode), "ddp");
+        swept[i].bucket_mb = sweep[i];
+        code = run_mode(&o, program, extra, n_extra, "ddp", sweep[i], tag);
+        if (code == 0 && collect(o.out, tag, &swept[i], o.nproc, err, sizeof(err)) < 0) {
+            fprintf(stderr, "ddp-compare: %s\n", err);
+            code = 1;
+        }
+    }
+    if (code != 0) {
+        fprintf(stderr, "ddp-compare: a run failed (exit %d); no report\n", code);
+        config_free(&compare_spec, &o);
+        return code;
+    }
+
+    compare_report report = {.world = o.nproc, .modes = results, .n_modes = n_modes, .sweep = swept,
+                             .n_sweep = o.sweep_buckets ? COMPARE_SWEEP : 0};
+    compare_write_table(stdout, &report);
+    static const struct {
+        const char *name;
+        int (*write)(FILE *f, const compare_report *r);
+    } files[] = {{"report.json", compare_write_json}, {"report.md", compare_write_markdown},
+                 {"report.svg", compare_write_svg}};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]) && code == 0; i++)
+        if (write_report(o.out, files[i].name, files[i].write, &report) < 0)
+            code = 1;
+    if (code == 0)
+        printf("ddp-compare: wrote %s/report.json, report.md and report.svg\n", o.out);
+    config_free(&compare_spec, &o);
+    return code;
+}

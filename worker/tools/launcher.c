@@ -1,0 +1,881 @@
+/* The launcher behind ddp-run. One poll() loop over every child's pipes and a self-pipe:
+ * the signal handlers only set a flag and write a byte, the loop does the rest. */
+#define _GNU_SOURCE /* pipe2, O_CLOEXEC */
+#include "worker/tools/launcher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/limits.h"
+#include "common/log.h"
+
+extern char **environ;
+
+#define STREAM_LINE_BYTES 8192     /* a longer line is passed on in pieces of this size */
+#define SAFETY_TICK_MS 1000        /* re-check the children even if a wakeup went missing */
+#define DRAIN_MAX_BYTES (1u << 20) /* what an exited child left in its pipe, at most */
+
+/* One pipe from a child, cut into lines that go out prefixed, one write(2) each, so that
+ * lines of different ranks never interleave. */
+typedef struct {
+    int fd;          /* read end, non-blocking; -1 once closed */
+    int dest;        /* STDOUT_FILENO or STDERR_FILENO */
+    bool quiet_info; /* ddpd's info and debug lines are dropped (not --verbose) */
+    char prefix[24]; /* "[rank 3] " */
+    size_t len;
+    char buf[STREAM_LINE_BYTES];
+} line_stream;
+
+typedef struct {
+    char label[24]; /* "rank 3", "the private ddpd" */
+    pid_t pid;      /* also its process group: signals reach what it started */
+    bool running;
+    int code; /* exit code, 128+signal when killed by one; valid once reaped */
+    line_stream streams[2];
+    int n_streams;
+} child;
+
+typedef struct {
+    const launcher_options *opts;
+    child *ranks;
+    int n_started, n_running;
+    child ddpd;
+    bool have_ddpd;
+    bool ddpd_stopping; /* we sent it SIGTERM: its exit is expected */
+    char endpoint[DDP_MAX_ENDPOINT + 1];
+    char socket_dir[128]; /* the ranks' Unix sockets; "" when the user chose */
+    int devnull;
+    struct rlimit files; /* RLIMIT_NOFILE as we found it, for the children */
+    bool files_raised;
+    bool stopping;          /* the ranks were told to stop */
+    bool killed;            /* ... and then SIGKILLed */
+    uint64_t kill_at_ms;    /* when stopping turns into SIGKILL */
+    uint64_t give_up_at_ms; /* after SIGKILL: a child stuck in the kernel is left behind */
+    int stop_signal;        /* forwarded to the ranks; SIGTERM when a rank failed */
+    bool cause_set;         /* exit_code says why the job ended, first cause wins */
+    int exit_code;
+    struct pollfd *pfds;  /* the poll set, rebuilt each round: signals, ddpd, ranks */
+    line_stream **owners; /* owners[i] reads pfds[i] */
+} launcher;
+
+/* ---- signals ---- */
+
+static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+#define N_HANDLED (sizeof(handled_signals) / sizeof(handled_signals[0]))
+
+static int signal_pipe[2] = {-1, -1};
+static volatile sig_atomic_t signal_seen[N_HANDLED];
+
+static void launcher_on_signal(int sig) {
+    int saved_errno = errno;
+    for (size_t i = 0; i < N_HANDLED; i++)
+        if (handled_signals[i] == sig)
+            signal_seen[i] = 1;
+    /* Only a wakeup: if the pipe is full, one is already pending. */
+    ssize_t w = write(signal_pipe[1], "s", 1);
+    (void)w;
+    errno = saved_errno;
+}
+
+typedef struct {
+    struct sigaction old[N_HANDLED];
+    struct sigaction old_pipe;
+} saved_signals;
+
+static int signals_install(saved_signals *saved) {
+    if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -errno;
+    for (size_t i = 0; i < N_HANDLED; i++)
+        signal_seen[i] = 0;
+    struct sigaction sa = {.sa_handler = launcher_on_signal, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < N_HANDLED; i++)
+        sigaction(handled_signals[i], &sa, &saved->old[i]);
+    /* A reader of our output that went away must not kill the supervisor. */
+    struct sigaction ignore = {.sa_handler = SIG_IGN};
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, &saved->old_pipe);
+    return 0;
+}
+
+static void signals_restore(const saved_signals *saved) {
+    for (size_t i = 0; i < N_HANDLED; i++)
+        sigaction(handled_signals[i], &saved->old[i], NULL);
+    sigaction(SIGPIPE, &saved->old_pipe, NULL);
+    for (int i = 0; i < 2; i++) {
+        if (signal_pipe[i] >= 0)
+            close(signal_pipe[i]);
+        signal_pipe[i] = -1;
+    }
+}
+
+/* Empties the self-pipe and returns which signals arrived since the last call. */
+static void signals_take(bool seen[N_HANDLED]) {
+    char drain[64];
+    while (read(signal_pipe[0], drain, sizeof(drain)) > 0)
+        ;
+    for (size_t i = 0; i < N_HANDLED; i++) {
+        seen[i] = signal_seen[i];
+        signal_seen[i] = 0;
+    }
+}
+
+static const char *signal_name(int sig) {
+    switch (sig) {
+    case SIGINT:
+        return "SIGINT";
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGHUP:
+        return "SIGHUP";
+    case SIGKILL:
+        return "SIGKILL";
+    default:
+        return "a signal";
+    }
+}
+
+/* ---- output ---- */
+
+/* Writes all of buf; output that nobody reads any more (EPIPE) is dropped. */
+static void write_all(int fd, const char *buf, size_t n) {
+    uint64_t deadline = clock_now_ms() + SAFETY_TICK_MS * 10;
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w > 0) {
+            buf += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && errno == EAGAIN && clock_now_ms() < deadline) {
+            /* An inherited non-blocking terminal or pipe: wait for room, not forever. */
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            poll(&pfd, 1, clock_ms_until(deadline));
+        } else {
+            return;
+        }
+    }
+}
+
+static void stream_init(line_stream *s, int fd, int dest, const char *prefix, bool quiet_info) {
+    s->fd = fd;
+    s->dest = dest;
+    s->quiet_info = quiet_info;
+    s->len = 0;
+    snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
+}
+
+/* ddpd's "ddpd 0.1.0 listening on tcp://127.0.0.1:41234 (heartbeat ...)" gives the port. */
+static void launcher_check_listening(launcher *l, const line_stream *s, const char *line, size_t n) {
+    if (!l->have_ddpd || s != &l->ddpd.streams[0] || l->endpoint[0])
+        return;
+    char copy[STREAM_LINE_BYTES + 1];
+    memcpy(copy, line, n);
+    copy[n] = '\0';
+    const char *at = strstr(copy, "listening on ");
+    if (!at)
+        return;
+    at += strlen("listening on ");
+    size_t len = strcspn(at, " \t");
+    if (len == 0 || len > DDP_MAX_ENDPOINT)
+        return;
+    memcpy(l->endpoint, at, len);
+    l->endpoint[len] = '\0';
+}
+
+static bool starts_with(const char *s, size_t n, const char *prefix) {
+    size_t plen = strlen(prefix);
+    return n >= plen && memcmp(s, prefix, plen) == 0;
+}
+
+static void stream_line(launcher *l, line_stream *s, const char *line, size_t n) {
+    launcher_check_listening(l, s, line, n);
+    if (s->quiet_info && (starts_with(line, n, "ddpd: info: ") || starts_with(line, n, "ddpd: debug: ")))
+        return;
+    char out[sizeof(s->prefix) + STREAM_LINE_BYTES + 1];
+    size_t plen = strlen(s->prefix);
+    memcpy(out, s->prefix, plen);
+    memcpy(out + plen, line, n);
+    out[plen + n] = '\n';
+    write_all(s->dest, out, plen + n + 1);
+}
+
+/* Passes on every complete line in the buffer; a full buffer counts as one line. */
+static void stream_split(launcher *l, line_stream *s) {
+    size_t start = 0;
+    for (size_t i = 0; i < s->len; i++)
+        if (s->buf[i] == '\n') {
+            stream_line(l, s, s->buf + start, i - start);
+            start = i + 1;
+        }
+    if (start == 0 && s->len == sizeof(s->buf)) {
+        stream_line(l, s, s->buf, s->len);
+        start = s->len;
+    }
+    memmove(s->buf, s->buf + start, s->len - start);
+    s->len -= start;
+}
+
+/* Flushes what is left as a last line and closes the pipe. */
+static void stream_close(launcher *l, line_stream *s) {
+    if (s->fd < 0)
+        return;
+    if (s->len > 0)
+        stream_line(l, s, s->buf, s->len);
+    s->len = 0;
+    close(s->fd);
+    s->fd = -1;
+}
+
+/* Reads what is there now. Returns the bytes read, 0 at end of output (and closes the
+ * stream), -EAGAIN when nothing is waiting. */
+static ssize_t stream_read(launcher *l, line_stream *s) {
+    if (s->fd < 0)
+        return 0;
+    ssize_t n = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return -EAGAIN;
+    if (n <= 0) {
+        stream_close(l, s);
+        return 0;
+    }
+    s->len += (size_t)n;
+    stream_split(l, s);
+    return n;
+}
+
+/* After its writer exited: what it wrote is in the pipe, take it all, then close. Bounded,
+ * since something the child started may still hold the pipe and keep writing. */
+static void stream_drain(launcher *l, line_stream *s) {
+    size_t total = 0;
+    ssize_t n;
+    while (total < DRAIN_MAX_BYTES && (n = stream_read(l, s)) > 0)
+        total += (size_t)n;
+    stream_close(l, s);
+}
+
+/* ---- children ---- */
+
+static int code_from_status(int status) {
+    return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
+static void describe_exit(int status, char *buf, size_t size) {
+    if (WIFSIGNALED(status))
+        snprintf(buf, size, "was killed by signal %d", WTERMSIG(status));
+    else
+        snprintf(buf, size, "exited with code %d", code_from_status(status));
+}
+
+/* Signals c's process group, so that a shell's children go too; c itself if that fails. */
+static void child_signal(const child *c, int sig) {
+    if (!c->running)
+        return;
+    if (kill(-c->pid, sig) < 0)
+        kill(c->pid, sig);
+}
+
+/* Starts path with argv and envp, its output through pipes: two (stdout and stderr kept
+ * apart) or one for both. All our descriptors are close-on-exec; the child gets
+ * /dev/null as stdin, its own process group, and SIGTERM should ddp-run die. */
+static int child_spawn(launcher *l, child *c, const char *label, const char *path, char *const *argv, char **envp,
+                       bool split_stderr, const char *prefix, bool quiet_info) {
+    int pipes[2][2] = {{-1, -1}, {-1, -1}};
+    int n_pipes = split_stderr ? 2 : 1;
+    for (int i = 0; i < n_pipes; i++)
+        if (pipe2(pipes[i], O_CLOEXEC) < 0) {
+            int r = -errno;
+            for (int k = 0; k < i; k++) {
+                close(pipes[k][0]);
+                close(pipes[k][1]);
+            }
+            return r;
+        }
+    /* Until it has our handlers undone, a signal to the child would only run them (and
+     * be lost): hold the signals across fork, the child gets them once it can die of them. */
+    sigset_t handled, old_mask;
+    sigemptyset(&handled);
+    for (size_t i = 0; i < N_HANDLED; i++)
+        sigaddset(&handled, handled_signals[i]);
+    sigprocmask(SIG_BLOCK, &handled, &old_mask);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid != 0)
+        sigprocmask(SIG_SETMASK, &old_mask, NULL);
+    if (pid < 0) {
+        int r = -errno;
+        for (int i = 0; i < n_pipes; i++) {
+            close(pipes[i][0]);
+            close(pipes[i][1]);
+        }
+        return r;
+    }
+    if (pid == 0) {
+        /* Ignored signals stay ignored across exec, blocked ones blocked: undo ours. */
+        for (size_t i = 0; i < N_HANDLED; i++)
+            signal(handled_signals[i], SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        setpgid(0, 0);
+        if (l->files_raised)
+            setrlimit(RLIMIT_NOFILE, &l->files);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) /* it died before the line above */
+            _exit(128 + SIGTERM);
+        dup2(l->devnull, STDIN_FILENO);
+        dup2(pipes[0][1], STDOUT_FILENO);
+        dup2(pipes[n_pipes - 1][1], STDERR_FILENO);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        environ = envp;
+        execvp(path, argv);
+        char msg[PATH_MAX + 128];
+        int n = snprintf(msg, sizeof(msg), "ddp-run: cannot run '%s': %s\n", argv[0], strerror(errno));
+        if (n > 0)
+            write_all(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+        _exit(127);
+    }
+    setpgid(pid, pid); /* also here, so the group exists before we ever signal it */
+    memset(c, 0, sizeof(*c));
+    snprintf(c->label, sizeof(c->label), "%s", label);
+    c->pid = pid;
+    c->running = true;
+    c->n_streams = n_pipes;
+    for (int i = 0; i < n_pipes; i++) {
+        close(pipes[i][1]);
+        fcntl(pipes[i][0], F_SETFL, fcntl(pipes[i][0], F_GETFL) | O_NONBLOCK);
+        stream_init(&c->streams[i], pipes[i][0], i == 0 && split_stderr ? STDOUT_FILENO : STDERR_FILENO, prefix,
+                    quiet_info);
+    }
+    return 0;
+}
+
+static void launcher_set_cause(launcher *l, int code) {
+    if (l->cause_set)
+        return;
+    l->cause_set = true;
+    l->exit_code = code;
+}
+
+/* Tells every running rank to stop with sig, SIGKILL after the grace period. */
+static void launcher_stop_ranks(launcher *l, int sig) {
+    if (l->stopping)
+        return;
+    l->stopping = true;
+    l->stop_signal = sig;
+    l->kill_at_ms = clock_now_ms() + (uint64_t)l->opts->grace_ms;
+    for (int i = 0; i < l->n_started; i++)
+        child_signal(&l->ranks[i], sig);
+}
+
+static void launcher_kill_ranks(launcher *l) {
+    l->killed = true;
+    l->give_up_at_ms = clock_now_ms() + LAUNCHER_REAP_TIMEOUT_MS;
+    for (int i = 0; i < l->n_started; i++)
+        child_signal(&l->ranks[i], SIGKILL);
+}
+
+static void launcher_rank_exited(launcher *l, child *c, int status) {
+    for (int i = 0; i < c->n_streams; i++)
+        stream_drain(l, &c->streams[i]);
+    c->running = false;
+    c->code = code_from_status(status);
+    l->n_running--;
+    char how[64];
+    describe_exit(status, how, sizeof(how));
+    if (c->code != 0 && !l->stopping) {
+        log_error("%s (pid %d) %s%s", c->label, (int)c->pid, how, l->n_running > 0 ? "; stopping the other ranks" : "");
+        launcher_set_cause(l, c->code);
+        launcher_stop_ranks(l, SIGTERM);
+    } else {
+        log_info("%s (pid %d) %s", c->label, (int)c->pid, how);
+    }
+}
+
+static void launcher_ddpd_exited(launcher *l, int status) {
+    child *c = &l->ddpd;
+    stream_drain(l, &c->streams[0]);
+    c->running = false;
+    c->code = code_from_status(status);
+    char how[64];
+    describe_exit(status, how, sizeof(how));
+    if (l->ddpd_stopping) {
+        if (c->code != 0 && c->code != 128 + SIGTERM) /* what we asked of it is no news */
+            log_warn("the private ddpd (pid %d) %s", (int)c->pid, how);
+        return;
+    }
+    if (!l->endpoint[0])
+        return; /* still starting: the caller says what went wrong */
+    /* Without a coordinator the ranks cannot go on: end the job rather than let it hang. */
+    if (l->n_running > 0 && !l->stopping) {
+        log_error("the private ddpd (pid %d) %s while the ranks ran; stopping them", (int)c->pid, how);
+        launcher_set_cause(l, 1);
+        launcher_stop_ranks(l, SIGTERM);
+    }
+}
+
+/* Reaps whatever of ours has exited; waits for each pid, not any child, so that a program
+ * embedding the launcher keeps its own children. */
+static void launcher_reap(launcher *l) {
+    int status;
+    for (int i = 0; i < l->n_started; i++) {
+        child *c = &l->ranks[i];
+        if (c->running && waitpid(c->pid, &status, WNOHANG) == c->pid)
+            launcher_rank_exited(l, c, status);
+    }
+    if (l->have_ddpd && l->ddpd.running && waitpid(l->ddpd.pid, &status, WNOHANG) == l->ddpd.pid)
+        launcher_ddpd_exited(l, status);
+}
+
+static void launcher_on_stop_signal(launcher *l, int sig) {
+    if (l->n_started == 0 && !l->cause_set) {
+        log_warn("received %s before the ranks started", signal_name(sig));
+        launcher_set_cause(l, 128 + sig);
+    } else if (l->n_running > 0 && !l->stopping) {
+        log_warn("received %s; forwarding it to %d rank%s", signal_name(sig), l->n_running,
+                 l->n_running == 1 ? "" : "s");
+        launcher_set_cause(l, 128 + sig);
+        launcher_stop_ranks(l, sig);
+    } else if (l->n_running > 0 && !l->killed) {
+        log_warn("received %s again; killing the ranks now", signal_name(sig));
+        launcher_kill_ranks(l);
+    } else if (l->ddpd_stopping && l->ddpd.running) {
+        child_signal(&l->ddpd, SIGKILL);
+    }
+}
+
+/* One round of the loop: waits at most until deadline_ms (and the grace timers) for
+ * output or a signal, and handles what came. */
+static void launcher_pump(launcher *l, uint64_t deadline_ms) {
+    uint64_t now = clock_now_ms();
+    uint64_t wake = now + SAFETY_TICK_MS;
+    if (deadline_ms < wake)
+        wake = deadline_ms;
+    if (l->stopping && !l->killed && l->kill_at_ms < wake)
+        wake = l->kill_at_ms;
+    if (l->killed && l->give_up_at_ms < wake)
+        wake = l->give_up_at_ms;
+
+    struct pollfd *pfds = l->pfds;
+    line_stream **owners = l->owners;
+    size_t n = 0;
+    pfds[n++] = (struct pollfd){.fd = signal_pipe[0], .events = POLLIN};
+    if (l->have_ddpd && l->ddpd.streams[0].fd >= 0) {
+        owners[n] = &l->ddpd.streams[0];
+        pfds[n++] = (struct pollfd){.fd = l->ddpd.streams[0].fd, .events = POLLIN};
+    }
+    for (int i = 0; i < l->n_started; i++)
+        for (int k = 0; k < l->ranks[i].n_streams; k++)
+            if (l->ranks[i].streams[k].fd >= 0) {
+                owners[n] = &l->ranks[i].streams[k];
+                pfds[n++] = (struct pollfd){.fd = l->ranks[i].streams[k].fd, .events = POLLIN};
+            }
+
+    int ready = poll(pfds, n, clock_ms_until(wake));
+    bool check_children = ready == 0; /* the safety tick */
+    if (ready > 0) {
+        for (size_t i = 1; i < n; i++)
+            if (pfds[i].revents)
+                stream_read(l, owners[i]);
+        if (pfds[0].revents) {
+            bool seen[N_HANDLED];
+            signals_take(seen);
+            check_children = seen[0];
+            for (size_t i = 1; i < N_HANDLED; i++)
+                if (seen[i])
+                    launcher_on_stop_signal(l, handled_signals[i]);
+        }
+    }
+    if (check_children)
+        launcher_reap(l);
+
+    now = clock_now_ms();
+    if (l->stopping && !l->killed && now >= l->kill_at_ms && l->n_running > 0) {
+        log_warn("%d rank%s still running %d ms after %s; sending SIGKILL", l->n_running, l->n_running == 1 ? "" : "s",
+                 l->opts->grace_ms, signal_name(l->stop_signal));
+        launcher_kill_ranks(l);
+    }
+    if (l->killed && now >= l->give_up_at_ms)
+        for (int i = 0; i < l->n_started; i++) {
+            child *c = &l->ranks[i];
+            if (!c->running)
+                continue;
+            log_error("%s (pid %d) did not die %d ms after SIGKILL; leaving it", c->label, (int)c->pid,
+                      LAUNCHER_REAP_TIMEOUT_MS);
+            for (int k = 0; k < c->n_streams; k++)
+                stream_close(l, &c->streams[k]);
+            c->running = false;
+            l->n_running--;
+        }
+}
+
+/* ---- environment ---- */
+
+static bool env_is(const char *kv, const char *key) {
+    size_t n = strlen(key);
+    return strncmp(kv, key, n) == 0 && kv[n] == '=';
+}
+
+/* "tcp://10.0.0.1:29500" -> "10.0.0.1" and "29500"; "tcp://[::1]:29500" -> "::1". False
+ * for anything else (ipc://, a port that is not a number). */
+static bool endpoint_split(const char *ep, char *host, size_t host_size, char *port, size_t port_size) {
+    if (strncmp(ep, "tcp://", 6) != 0)
+        return false;
+    ep += 6;
+    const char *colon = strrchr(ep, ':');
+    size_t plen = colon ? strlen(colon + 1) : 0;
+    if (!colon || colon == ep || plen == 0 || plen > 5 || plen >= port_size || strspn(colon + 1, "0123456789") != plen)
+        return false;
+    const char *h = ep;
+    size_t hlen = (size_t)(colon - ep);
+    if (h[0] == '[' && h[hlen - 1] == ']') {
+        h++;
+        hlen -= 2;
+    }
+    if (hlen == 0 || hlen >= host_size)
+        return false;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    memcpy(port, colon + 1, plen + 1);
+    return true;
+}
+
+/* The environment a rank starts with, less what we set. The last two slots are left for
+ * RANK and LOCAL_RANK, filled per rank. */
+typedef struct {
+    char **envp;
+    size_t n_fixed;
+    char world[32], local_world[32], coordinator[DDP_MAX_ENDPOINT + 32], master_addr[DDP_MAX_ENDPOINT + 32],
+        master_port[32], job[DDP_MAX_JOB_NAME + 16], rank[32], local_rank[32], data_endpoint[192];
+} rank_env;
+
+static int rank_env_build(rank_env *e, const launcher *l) {
+    static const char *const ours[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",      "LOCAL_WORLD_SIZE",
+                                       "MASTER_ADDR", "MASTER_PORT", "DDP_COORDINATOR", "JOURNAL_STREAM"};
+    size_t n_environ = 0;
+    while (environ[n_environ])
+        n_environ++;
+    e->envp = calloc(n_environ + 16, sizeof(char *));
+    if (!e->envp)
+        return -ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n_environ; i++) {
+        bool drop = l->opts->job && env_is(environ[i], "DDP_JOB");
+        for (size_t d = 0; d < sizeof(ours) / sizeof(ours[0]) && !drop; d++)
+            drop = env_is(environ[i], ours[d]);
+        if (!drop)
+            e->envp[k++] = environ[i];
+    }
+    snprintf(e->world, sizeof(e->world), "WORLD_SIZE=%d", l->opts->nproc);
+    snprintf(e->local_world, sizeof(e->local_world), "LOCAL_WORLD_SIZE=%d", l->opts->nproc);
+    snprintf(e->coordinator, sizeof(e->coordinator), "DDP_COORDINATOR=%s", l->endpoint);
+    e->envp[k++] = e->world;
+    e->envp[k++] = e->local_world;
+    e->envp[k++] = e->coordinator;
+    /* libddp reads DDP_COORDINATOR first; the torchrun pair is for everything else. */
+    char host[DDP_MAX_ENDPOINT + 1], port[16];
+    if (endpoint_split(l->endpoint, host, sizeof(host), port, sizeof(port))) {
+        snprintf(e->master_addr, sizeof(e->master_addr), "MASTER_ADDR=%s", host);
+        snprintf(e->master_port, sizeof(e->master_port), "MASTER_PORT=%s", port);
+        e->envp[k++] = e->master_addr;
+        e->envp[k++] = e->master_port;
+    }
+    if (l->opts->job) {
+        snprintf(e->job, sizeof(e->job), "DDP_JOB=%s", l->opts->job);
+        e->envp[k++] = e->job;
+    }
+    e->n_fixed = k;
+    e->envp[k] = e->rank;
+    e->envp[k + 1] = e->local_rank;
+    /* Every rank is on this host: their data planes meet over Unix sockets, which carry
+     * large tensors faster than loopback TCP (as NCCL prefers shared memory on one node).
+     * A DDP_DATA_ENDPOINT the user set wins. */
+    e->envp[k + 2] = l->socket_dir[0] ? e->data_endpoint : NULL;
+    e->envp[k + 3] = NULL;
+    return 0;
+}
+
+/* A private directory for the ranks' sockets. Not the ipc wildcard of libzmq: that makes
+ * its directory in the working directory when TMPDIR is unset, and a killed rank leaves
+ * it behind. Ours goes when the launch ends, whatever the ranks did. */
+static int socket_dir_create(launcher *l) {
+    const char *base = getenv("TMPDIR");
+    /* sun_path holds 108 bytes: leave room for "/ddp-run.XXXXXX/rank-NNNNNNN". */
+    if (!base || base[0] != '/' || strlen(base) > 64)
+        base = "/tmp";
+    snprintf(l->socket_dir, sizeof(l->socket_dir), "%s/ddp-run.XXXXXX", base);
+    if (!mkdtemp(l->socket_dir)) {
+        int r = -errno;
+        log_error("cannot create a directory for the ranks' sockets in %s: %s", base, strerror(-r));
+        l->socket_dir[0] = '\0';
+        return r;
+    }
+    return 0;
+}
+
+static void socket_dir_remove(launcher *l) {
+    if (!l->socket_dir[0])
+        return;
+    char path[sizeof(l->socket_dir) + 32];
+    for (int i = 0; i < l->opts->nproc; i++) {
+        snprintf(path, sizeof(path), "%s/rank-%d", l->socket_dir, i);
+        unlink(path); /* a rank that exited cleanly removed its own */
+    }
+    if (rmdir(l->socket_dir) < 0)
+        log_warn("cannot remove %s: %s", l->socket_dir, strerror(errno));
+    l->socket_dir[0] = '\0';
+}
+
+/* ---- the private ddpd ---- */
+
+static int launcher_start_ddpd(launcher *l) {
+    char path[PATH_MAX];
+    if (l->opts->ddpd_path)
+        snprintf(path, sizeof(path), "%s", l->opts->ddpd_path);
+    else {
+        char dir[PATH_MAX];
+        TRY(launcher_self_dir(dir, sizeof(dir)));
+        if ((size_t)snprintf(path, sizeof(path), "%s/ddpd", dir) >= sizeof(path))
+            return -ENAMETOOLONG;
+    }
+    if (access(path, X_OK) < 0) {
+        int r = -errno;
+        log_error("cannot start a private coordinator: %s: %s (or pass --coordinator EP)", path, strerror(-r));
+        return r;
+    }
+
+    /* Its lines are parsed for the port: the plain format, not journald's. And at least
+     * info, or the "listening on" line never comes. */
+    const char *level = getenv("DDPD_LOG_LEVEL");
+    level = level && strcmp(level, "debug") == 0 ? "debug" : "info";
+    char *argv[] = {path, "--listen", "tcp://127.0.0.1:*", "--log-level", (char *)level, NULL};
+    size_t n_environ = 0;
+    while (environ[n_environ])
+        n_environ++;
+    char **envp = calloc(n_environ + 1, sizeof(char *));
+    if (!envp)
+        return -ENOMEM;
+    for (size_t i = 0, k = 0; i < n_environ; i++)
+        if (!env_is(environ[i], "JOURNAL_STREAM"))
+            envp[k++] = environ[i];
+    int r = child_spawn(l, &l->ddpd, "the private ddpd", path, argv, envp, false, "[ddpd] ", !l->opts->verbose);
+    free(envp);
+    if (r < 0) {
+        log_error("cannot start %s: %s", path, strerror(-r));
+        return r;
+    }
+    l->have_ddpd = true;
+
+    uint64_t deadline = clock_now_ms() + LAUNCHER_DDPD_START_TIMEOUT_MS;
+    while (!l->endpoint[0] && l->ddpd.running && !l->cause_set && clock_now_ms() < deadline)
+        launcher_pump(l, deadline);
+    if (l->endpoint[0]) {
+        log_info("private ddpd (pid %d) listening on %s", (int)l->ddpd.pid, l->endpoint);
+        return 0;
+    }
+    if (l->cause_set)
+        return 0; /* told to stop while it started: not an error of ours */
+    if (!l->ddpd.running) {
+        log_error("the private ddpd (%s) exited with code %d before it listened", path, l->ddpd.code);
+        return -ECHILD;
+    }
+    log_error("the private ddpd (pid %d) did not say where it listens within %d ms", (int)l->ddpd.pid,
+              LAUNCHER_DDPD_START_TIMEOUT_MS);
+    return -ETIMEDOUT;
+}
+
+/* SIGTERM, then SIGKILL if it lingers; its output is drained all along. */
+static void launcher_stop_ddpd(launcher *l) {
+    if (!l->have_ddpd)
+        return;
+    if (l->ddpd.running) {
+        l->ddpd_stopping = true;
+        child_signal(&l->ddpd, SIGTERM);
+        uint64_t deadline = clock_now_ms() + LAUNCHER_DDPD_STOP_TIMEOUT_MS;
+        while (l->ddpd.running && clock_now_ms() < deadline)
+            launcher_pump(l, deadline);
+        if (l->ddpd.running) {
+            log_warn("the private ddpd (pid %d) did not stop within %d ms of SIGTERM; killing it", (int)l->ddpd.pid,
+                     LAUNCHER_DDPD_STOP_TIMEOUT_MS);
+            child_signal(&l->ddpd, SIGKILL);
+            deadline = clock_now_ms() + LAUNCHER_REAP_TIMEOUT_MS;
+            while (l->ddpd.running && clock_now_ms() < deadline)
+                launcher_pump(l, deadline);
+        }
+    }
+    stream_close(l, &l->ddpd.streams[0]);
+}
+
+/* ---- the public part ---- */
+
+int launcher_self_dir(char *buf, size_t size) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n < 0)
+        return -errno;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return -ENOENT;
+    *slash = '\0';
+    if ((size_t)snprintf(buf, size, "%s", slash == exe ? "/" : exe) >= size)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* 0 when path is a regular file we may execute, else a negative errno. */
+static int runnable(const char *path) {
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -errno;
+    if (S_ISDIR(st.st_mode))
+        return -EISDIR;
+    if (access(path, X_OK) < 0)
+        return -errno;
+    return 0;
+}
+
+int launcher_resolve_program(const char *name, char *path, size_t size, char *err, size_t err_size) {
+    int r;
+    if (strchr(name, '/')) {
+        if ((r = runnable(name)) < 0) {
+            snprintf(err, err_size, "cannot run '%s': %s", name, strerror(-r));
+            return r;
+        }
+        if ((size_t)snprintf(path, size, "%s", name) >= size)
+            return -ENAMETOOLONG;
+        return 0;
+    }
+    if (!name[0]) {
+        snprintf(err, err_size, "cannot run '': an empty program name");
+        return -ENOENT;
+    }
+    /* PATH as execvp reads it; an empty entry is the current directory. */
+    const char *search = getenv("PATH");
+    if (!search)
+        search = "/bin:/usr/bin";
+    int found_but = 0; /* why the last match on PATH could not run */
+    for (const char *p = search;; p++) {
+        const char *end = strchrnul(p, ':');
+        int dlen = (int)(end - p);
+        if ((size_t)snprintf(path, size, "%.*s%s%s", dlen, p, dlen ? "/" : "", name) < size) {
+            r = runnable(path);
+            if (r == 0)
+                return 0;
+            if (r != -ENOENT && r != -ENOTDIR)
+                found_but = r;
+        }
+        if (!*end)
+            break;
+        p = end;
+    }
+    char dir[PATH_MAX] = "";
+    if (launcher_self_dir(dir, sizeof(dir)) == 0 && (size_t)snprintf(path, size, "%s/%s", dir, name) < size &&
+        runnable(path) == 0)
+        return 0;
+    if (found_but) {
+        snprintf(err, err_size, "cannot run '%s': %s", name, strerror(-found_but));
+        return found_but;
+    }
+    snprintf(err, err_size, "cannot run '%s': not found on PATH%s%s", name, dir[0] ? " nor in " : "", dir);
+    return -ENOENT;
+}
+
+int launcher_run(const launcher_options *opts, int *exit_code) {
+    launcher l = {.opts = opts, .devnull = -1};
+    l.ddpd.streams[0].fd = -1;
+    saved_signals saved;
+    rank_env env = {0};
+    /* Two pipes a rank: 1024 ranks need more descriptors than the usual soft limit. */
+    rlim_t needed = 2 * (rlim_t)opts->nproc + 64;
+    if (getrlimit(RLIMIT_NOFILE, &l.files) == 0 && l.files.rlim_cur != RLIM_INFINITY && l.files.rlim_cur < needed) {
+        struct rlimit more = {.rlim_cur = needed, .rlim_max = l.files.rlim_max};
+        if (more.rlim_max != RLIM_INFINITY && more.rlim_cur > more.rlim_max)
+            more.rlim_cur = more.rlim_max;
+        l.files_raised = setrlimit(RLIMIT_NOFILE, &more) == 0;
+    }
+    int r = signals_install(&saved);
+    if (r < 0) {
+        log_error("cannot set up signal handling: %s", strerror(-r));
+        if (l.files_raised)
+            setrlimit(RLIMIT_NOFILE, &l.files);
+        *exit_code = 1;
+        return r;
+    }
+    l.ranks = calloc((size_t)opts->nproc, sizeof(child));
+    l.pfds = calloc(2 + 2 * (size_t)opts->nproc, sizeof(*l.pfds));
+    l.owners = calloc(2 + 2 * (size_t)opts->nproc, sizeof(*l.owners));
+    l.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (!l.ranks || !l.pfds || !l.owners || l.devnull < 0) {
+        r = l.devnull < 0 ? -errno : -ENOMEM;
+        log_error("cannot set up the launch: %s", strerror(-r));
+        goto out;
+    }
+
+    if (opts->coordinator)
+        snprintf(l.endpoint, sizeof(l.endpoint), "%s", opts->coordinator);
+    else if ((r = launcher_start_ddpd(&l)) < 0 || l.cause_set)
+        goto out;
+
+    if (!getenv("DDP_DATA_ENDPOINT") && (r = socket_dir_create(&l)) < 0)
+        goto out;
+    if ((r = rank_env_build(&env, &l)) < 0) {
+        log_error("cannot set up the ranks' environment: %s", strerror(-r));
+        goto out;
+    }
+    for (int i = 0; i < opts->nproc; i++) {
+        char label[24], prefix[24];
+        snprintf(env.rank, sizeof(env.rank), "RANK=%d", i);
+        snprintf(env.local_rank, sizeof(env.local_rank), "LOCAL_RANK=%d", i);
+        snprintf(env.data_endpoint, sizeof(env.data_endpoint), "DDP_DATA_ENDPOINT=ipc://%s/rank-%d", l.socket_dir, i);
+        snprintf(label, sizeof(label), "rank %d", i);
+        snprintf(prefix, sizeof(prefix), "[rank %d] ", i);
+        r = child_spawn(&l, &l.ranks[i], label, opts->program, opts->argv, env.envp, true, prefix, false);
+        if (r < 0) {
+            log_error("cannot start rank %d: %s", i, strerror(-r));
+            launcher_set_cause(&l, 1);
+            launcher_stop_ranks(&l, SIGTERM);
+            break;
+        }
+        l.n_started++;
+        l.n_running++;
+        log_info("rank %d is pid %d", i, (int)l.ranks[i].pid);
+    }
+
+out:
+    /* Whatever happened, nothing we started outlives us. */
+    while (l.n_running > 0)
+        launcher_pump(&l, UINT64_MAX);
+    launcher_stop_ddpd(&l);
+    socket_dir_remove(&l);
+    if (l.ranks)
+        for (int i = 0; i < l.n_started; i++)
+            for (int k = 0; k < l.ranks[i].n_streams; k++)
+                stream_close(&l, &l.ranks[i].streams[k]);
+    if (l.devnull >= 0)
+        close(l.devnull);
+    free(env.envp);
+    free(l.ranks);
+    free(l.pfds);
+    free(l.owners);
+    signals_restore(&saved);
+    if (l.files_raised)
+        setrlimit(RLIMIT_NOFILE, &l.files);
+    *exit_code = l.cause_set ? l.exit_code : r < 0 ? 1 : 0;
+    return r;
+}

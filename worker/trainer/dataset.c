@@ -1,0 +1,180 @@
+#include "worker/trainer/dataset.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "worker/trainer/idx.h"
+
+typedef struct {
+    const char *split;       /* "training", "test": in messages */
+    const char *images_name; /* without ".gz" */
+    const char *labels_name;
+} dataset_split_files;
+
+static const dataset_split_files dataset_train_files = {"training", "train-images-idx3-ubyte",
+                                                        "train-labels-idx1-ubyte"};
+static const dataset_split_files dataset_test_files = {"test", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+
+/* path = dir/name.gz if that exists, else dir/name; -ENOENT naming both if neither does. */
+static int dataset_find(const char *dir, const char *name, char *path, size_t path_size, char *err, size_t err_size) {
+    int len = snprintf(path, path_size, "%s/%s.gz", dir, name);
+    if (len < 0 || (size_t)len >= path_size) {
+        snprintf(err, err_size, "dataset %s: the path of %s is too long", dir, name);
+        return -ENAMETOOLONG;
+    }
+    struct stat st;
+    for (int gz = 1; gz >= 0; gz--) {
+        if (!gz)
+            path[len - 3] = '\0';
+        if (stat(path, &st) == 0)
+            return 0;
+        if (errno != ENOENT) {
+            int e = errno;
+            snprintf(err, err_size, "%s: %s", path, strerror(e));
+            return -e;
+        }
+    }
+    snprintf(err, err_size, "dataset %s: found neither %s.gz nor %s", dir, name, name);
+    return -ENOENT;
+}
+
+/* One split's images and labels, their counts matched; paths kept for later messages. */
+static int dataset_read_split(const char *dir, const dataset_split_files *files, idx_images *images, idx_labels *labels,
+                              char *images_path, char *err, size_t err_size) {
+    char labels_path[PATH_MAX];
+    int r = dataset_find(dir, files->images_name, images_path, PATH_MAX, err, err_size);
+    if (r < 0)
+        return r;
+    r = dataset_find(dir, files->labels_name, labels_path, sizeof(labels_path), err, err_size);
+    if (r < 0)
+        return r;
+    r = idx_read_images(images_path, images, err, err_size);
+    if (r < 0)
+        return r;
+    r = idx_read_labels(labels_path, DATASET_N_CLASSES, labels, err, err_size);
+    if (r < 0)
+        return r;
+    if (images->n != labels->n) {
+        snprintf(err, err_size, "%s split: %s holds %u images but %s holds %u labels", files->split, images_path,
+                 images->n, labels_path, labels->n);
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+void dataset_pixel_stats(const uint8_t *pixels, size_t n, double *ret_mean, double *ret_std) {
+    /* A histogram makes the sums exact and the variance a two-pass one over 256 values. */
+    uint64_t count[256] = {0};
+    for (size_t i = 0; i < n; i++)
+        count[pixels[i]]++;
+    double sum = 0, mean = 0, squares = 0;
+    for (unsigned v = 0; v < 256; v++)
+        sum += (double)count[v] * v;
+    if (n > 0)
+        mean = sum / (double)n;
+    for (unsigned v = 0; v < 256; v++)
+        squares += (double)count[v] * (v - mean) * (v - mean);
+    *ret_mean = mean / 255.0;
+    *ret_std = n > 0 ? sqrt(squares / (double)n) / 255.0 : 0.0;
+}
+
+/* Takes the labels; converts the pixels through the table. */
+static int dataset_fill_split(dataset_split *split, const idx_images *images, idx_labels *labels,
+                              const float normalised[256], const char *path, char *err, size_t err_size) {
+    size_t n = images->n, dim = (size_t)images->rows * images->cols;
+    if (dim > SIZE_MAX / sizeof(float) / n) {
+        snprintf(err, err_size, "%s: %zu images of %zu pixels do not fit in memory", path, n, dim);
+        return -ENOMEM;
+    }
+    float *x = malloc(n * dim * sizeof(float));
+    if (!x) {
+        snprintf(err, err_size, "%s: out of memory for %zu images of %zu floats", path, n, dim);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n * dim; i++)
+        x[i] = normalised[images->pixels[i]];
+    *split = (dataset_split){.n = n, .dim = dim, .x = x, .y = labels->labels};
+    labels->labels = NULL;
+    return 0;
+}
+
+int dataset_load(const char *dir, dataset *ret, char *err, size_t err_size) {
+    memset(ret, 0, sizeof(*ret));
+    if (!dir || !*dir) {
+        snprintf(err, err_size, "no dataset directory given");
+        return -EINVAL;
+    }
+    struct stat st;
+    if (stat(dir, &st) < 0) {
+        int e = errno;
+        snprintf(err, err_size, "dataset directory %s: %s", dir, strerror(e));
+        return -e;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, err_size, "dataset directory %s: not a directory", dir);
+        return -ENOTDIR;
+    }
+
+    idx_images train_images = {0}, test_images = {0};
+    idx_labels train_labels = {0}, test_labels = {0};
+    char train_path[PATH_MAX], test_path[PATH_MAX];
+    int r = dataset_read_split(dir, &dataset_train_files, &train_images, &train_labels, train_path, err, err_size);
+    if (r < 0)
+        goto done;
+    r = dataset_read_split(dir, &dataset_test_files, &test_images, &test_labels, test_path, err, err_size);
+    if (r < 0)
+        goto done;
+    if (test_images.rows != train_images.rows || test_images.cols != train_images.cols) {
+        snprintf(err, err_size, "%s holds %ux%u images but %s holds %ux%u", test_path, test_images.rows,
+                 test_images.cols, train_path, train_images.rows, train_images.cols);
+        r = -EBADMSG;
+        goto done;
+    }
+
+    dataset_pixel_stats(train_images.pixels, (size_t)train_images.n * train_images.rows * train_images.cols, &ret->mean,
+                        &ret->std);
+    if (!(ret->std > 0)) {
+        snprintf(err, err_size, "%s: every training pixel is %u: std is 0, nothing to normalise by", train_path,
+                 train_images.pixels[0]);
+        r = -EBADMSG;
+        goto done;
+    }
+    /* One table for both splits: each byte value maps to one float, computed in double. */
+    float normalised[256];
+    for (unsigned v = 0; v < 256; v++)
+        normalised[v] = (float)((v / 255.0 - ret->mean) / ret->std);
+
+    r = dataset_fill_split(&ret->train, &train_images, &train_labels, normalised, train_path, err, err_size);
+    if (r < 0)
+        goto done;
+    r = dataset_fill_split(&ret->test, &test_images, &test_labels, normalised, test_path, err, err_size);
+    if (r < 0)
+        goto done;
+    ret->rows = train_images.rows;
+    ret->cols = train_images.cols;
+    ret->n_classes = DATASET_N_CLASSES;
+done:
+    idx_images_free(&train_images);
+    idx_images_free(&test_images);
+    idx_labels_free(&train_labels);
+    idx_labels_free(&test_labels);
+    if (r < 0)
+        dataset_free(ret);
+    return r;
+}
+
+void dataset_free(dataset *d) {
+    if (!d)
+        return;
+    free(d->train.x);
+    free(d->train.y);
+    free(d->test.x);
+    free(d->test.y);
+    memset(d, 0, sizeof(*d));
+}

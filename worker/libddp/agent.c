@@ -118,8 +118,8 @@ static void *agent_main(void *arg) {
     for (;;) {
         uint64_t deadline = next_beat;
         if (!failed) {
-            uint64_t silence = heard ? last_heard + (uint64_t)interval * liveness + 1
-                                     : start + (uint64_t)a->connect_timeout_ms;
+            uint64_t silence =
+                heard ? last_heard + (uint64_t)interval * liveness + 1 : start + (uint64_t)a->connect_timeout_ms;
             deadline = silence < deadline ? silence : deadline;
         }
         zmq_pollitem_t items[2] = {{.socket = a->control, .events = ZMQ_POLLIN},
@@ -166,8 +166,7 @@ static void *agent_main(void *arg) {
             next_beat = now + interval;
         }
         if (!failed && !heard && now - start >= (uint64_t)a->connect_timeout_ms) {
-            agent_post_failure(a, -EHOSTUNREACH,
-                               "no coordinator answered at %s within %u ms (is ddpd running there?)",
+            agent_post_failure(a, -EHOSTUNREACH, "no coordinator answered at %s within %u ms (is ddpd running there?)",
                                (unsigned)a->connect_timeout_ms);
             failed = true;
         } else if (!failed && heard && now - last_heard > (uint64_t)interval * liveness) {

@@ -14,16 +14,16 @@
 
 /* What the caller reads from the pipe: one heap-allocated event per frame (a pointer). */
 typedef struct {
-    wire_msg msg;   /* a message from ddpd; msg.env is NULL for a failure */
-    int failure;    /* the agent lost the coordinator: -EHOSTUNREACH or -ECONNABORTED */
+    wire_msg msg;              /* a message from ddpd; msg.env is NULL for a failure */
+    int failure;               /* the agent lost the coordinator: -EHOSTUNREACH or -ECONNABORTED */
     char text[DDP_MAX_REASON]; /* and why */
 } agent_event;
 
 typedef struct {
     void *zmq_ctx;
-    void *pipe;            /* the caller's end (PAIR) */
-    void *agent_pipe;      /* the agent's end */
-    void *control;         /* DEALER to ddpd, the agent's */
+    void *pipe;       /* the caller's end (PAIR) */
+    void *agent_pipe; /* the agent's end */
+    void *control;    /* DEALER to ddpd, the agent's */
     char coordinator[DDP_MAX_ENDPOINT + 1];
     char job[DDP_MAX_JOB_NAME + 1];
     int connect_timeout_ms;

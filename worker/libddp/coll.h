@@ -16,11 +16,11 @@
 #include "worker/libddp/comm.h"
 
 typedef struct {
-    comm_call call;      /* kind, dtype, op, root, seq, count, deadline */
-    const void *send;    /* the caller's input; for in-place calls the same as recv */
+    comm_call call;   /* kind, dtype, op, root, seq, count, deadline */
+    const void *send; /* the caller's input; for in-place calls the same as recv */
     void *recv;
-    int32_t tag;         /* send and recv: the user's tag; root is the peer */
-    bool receiving;      /* recv rather than send */
+    int32_t tag;    /* send and recv: the user's tag; root is the peer */
+    bool receiving; /* recv rather than send */
 } coll_args;
 
 /* Waits until every async request has run, so the caller may use the data plane. */

@@ -29,8 +29,7 @@ int coll_recv_chunk(ddp_group *g, int src, const comm_call *call, int32_t tag, u
     return 0;
 }
 
-int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, char *buf, uint64_t offset,
-                    uint64_t n) {
+int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, char *buf, uint64_t offset, uint64_t n) {
     uint64_t chunk = comm_chunk_elems(g, call->t);
     size_t es = dtype_size(call->t);
     for (uint64_t done = 0; done < n; done += chunk) {

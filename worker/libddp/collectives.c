@@ -127,8 +127,7 @@ static int coll_prepare(ddp_group *g, coll_args *a, coll_kind kind, const void *
                           reduce_op_name((reduce_op)op), dtype_name((dtype)t));
     if (root < 0 || root >= g->world_size)
         return group_fail(g, -EINVAL, "%s: rank %d is not in the group of %d", name, root, g->world_size);
-    size_t world = kind == COLL_GATHER || kind == COLL_SCATTER || kind == COLL_ALL_GATHER ||
-                           kind == COLL_REDUCE_SCATTER
+    size_t world = kind == COLL_GATHER || kind == COLL_SCATTER || kind == COLL_ALL_GATHER || kind == COLL_REDUCE_SCATTER
                        ? (size_t)g->world_size
                        : 1;
     if (count > SIZE_MAX / dtype_size((dtype)t) / world)
@@ -234,8 +233,7 @@ DDP_EXPORT int ddp_all_gather(ddp_group *g, const void *send, void *recv, size_t
     return coll_run_now(g, &a, trivial);
 }
 
-DDP_EXPORT int ddp_reduce_scatter(ddp_group *g, const void *send, void *recv, size_t count, ddp_dtype t,
-                                  ddp_op op) {
+DDP_EXPORT int ddp_reduce_scatter(ddp_group *g, const void *send, void *recv, size_t count, ddp_dtype t, ddp_op op) {
     coll_args a;
     TRY(coll_prepare(g, &a, COLL_REDUCE_SCATTER, send, recv, count, t, (int)op, 0));
     bool trivial = count == 0 || g->world_size == 1;
@@ -286,8 +284,8 @@ DDP_EXPORT int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats) {
     /* Counted by whichever thread runs the data plane; read between calls. */
     ddp_group *mut = (ddp_group *)g;
     coll_drain(mut);
-    *ret_stats = (ddp_stats){g->comm.bytes_sent, g->comm.bytes_received, g->comm.messages_sent,
-                             g->comm.messages_received};
+    *ret_stats =
+        (ddp_stats){g->comm.bytes_sent, g->comm.bytes_received, g->comm.messages_sent, g->comm.messages_received};
     return 0;
 }
 

@@ -4,31 +4,36 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
-#include <sys/uio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "common/clock.h"
 #include "common/error.h"
 #include "worker/libddp/group.h"
 
-#define COMM_CHUNK_BYTES (1u << 20)       /* frames of a large transfer */
-#define COMM_SOCKET_BUFFER (4 << 20)      /* kernel buffers: fewer wake-ups per megabyte (capped by wmem_max) */
-#define COMM_ZERO_COPY_MIN (64u << 10)    /* below this a copy is cheaper than the bookkeeping */
+#define COMM_CHUNK_BYTES (1u << 20)        /* frames of a large transfer */
+#define COMM_SOCKET_BUFFER (4 << 20)       /* kernel buffers: fewer wake-ups per megabyte (capped by wmem_max) */
+#define COMM_ZERO_COPY_MIN (64u << 10)     /* below this a copy is cheaper than the bookkeeping */
 #define COMM_MAX_QUEUED_BYTES (1ull << 30) /* early arrivals held at once */
 
-#define COMM_REMOTE_MIN (64u << 10)       /* smaller chunks are cheaper through the socket */
-#define COMM_REMOTE_CHUNK_BYTES (4u << 20) /* frames read from a peer's memory */
+#define COMM_REMOTE_MIN (64u << 10)          /* smaller chunks are cheaper through the socket */
+#define COMM_REMOTE_CHUNK_BYTES (4u << 20)   /* frames read from a peer's memory */
 #define COMM_REDUCE_PIECE_BYTES (128u << 10) /* read from a peer, then reduced while in cache */
-#define COMM_ABORT_GRACE_MS 3000          /* how long a vanished peer's abort notice may take */
+#define COMM_ABORT_GRACE_MS 3000             /* how long a vanished peer's abort notice may take */
 
 _Static_assert(sizeof(comm_header) == 72, "the header is 72 bytes on the wire");
 
 static const char *const kind_names[] = {
-    [COLL_SEND] = "send",           [COLL_BROADCAST] = "broadcast", [COLL_REDUCE] = "reduce",
-    [COLL_ALL_REDUCE] = "all_reduce", [COLL_GATHER] = "gather",     [COLL_SCATTER] = "scatter",
-    [COLL_ALL_GATHER] = "all_gather", [COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [COLL_SEND] = "send",
+    [COLL_BROADCAST] = "broadcast",
+    [COLL_REDUCE] = "reduce",
+    [COLL_ALL_REDUCE] = "all_reduce",
+    [COLL_GATHER] = "gather",
+    [COLL_SCATTER] = "scatter",
+    [COLL_ALL_GATHER] = "all_gather",
+    [COLL_REDUCE_SCATTER] = "reduce_scatter",
 };
 
 const char *coll_kind_name(coll_kind kind) {
@@ -155,8 +160,8 @@ static int comm_peer_socket(ddp_group *g, int dst, void **ret) {
     return 0;
 }
 
-int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_t offset, const void *data,
-              uint64_t n, bool zero_copy) {
+int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_t offset, const void *data, uint64_t n,
+              bool zero_copy) {
     comm *c = &g->comm;
     void *s = NULL;
     TRY(comm_peer_socket(g, dst, &s));
@@ -400,7 +405,6 @@ static comm_frame *comm_take(comm *c, int src, uint64_t seq, int32_t tag) {
         }
     return NULL;
 }
-
 
 static int comm_mismatch(ddp_group *g, const comm_frame *f, const comm_call *call) {
     const comm_header *h = &f->h;

@@ -48,20 +48,20 @@ const char *coll_kind_name(coll_kind kind);
 typedef struct {
     uint32_t magic;
     uint16_t version;
-    uint8_t kind;     /* coll_kind */
+    uint8_t kind; /* coll_kind */
     uint8_t dtype;
     uint8_t op;
-    uint8_t flags;    /* COMM_FLAG_* */
+    uint8_t flags; /* COMM_FLAG_* */
     uint8_t reserved[2];
-    int32_t src;      /* sender's rank */
-    int32_t tag;      /* algorithm step, or the user's tag */
-    int32_t root;     /* root or peer the caller named */
+    int32_t src;  /* sender's rank */
+    int32_t tag;  /* algorithm step, or the user's tag */
+    int32_t root; /* root or peer the caller named */
     uint64_t generation;
-    uint64_t seq;     /* collective number; 0 for point-to-point */
-    uint64_t count;   /* the caller's count */
-    uint64_t offset;  /* first element of this frame within its stream */
-    uint64_t n;       /* elements in this frame */
-    uint64_t addr;    /* COMM_FLAG_REMOTE: where the elements are in the sender's memory */
+    uint64_t seq;    /* collective number; 0 for point-to-point */
+    uint64_t count;  /* the caller's count */
+    uint64_t offset; /* first element of this frame within its stream */
+    uint64_t n;      /* elements in this frame */
+    uint64_t addr;   /* COMM_FLAG_REMOTE: where the elements are in the sender's memory */
 } comm_header;
 
 #define COMM_FLAG_REMOTE 1 /* no payload: read n elements at addr from the sender */
@@ -70,28 +70,28 @@ typedef struct {
 typedef struct comm_frame {
     comm_header h;
     zmq_msg_t payload;
-    const void *data;      /* the payload, aligned for its dtype; NULL until read for a remote frame */
+    const void *data; /* the payload, aligned for its dtype; NULL until read for a remote frame */
     void *aligned_copy;
     struct comm_frame *next;
 } comm_frame;
 
 typedef struct {
-    void *pull;            /* bound at init */
-    void **push;           /* per peer, connected on first use */
-    comm_frame **queue;    /* per source: frames nobody has asked for yet, in arrival order */
+    void *pull;         /* bound at init */
+    void **push;        /* per peer, connected on first use */
+    comm_frame **queue; /* per source: frames nobody has asked for yet, in arrival order */
     size_t queued_bytes;
     _Atomic long inflight; /* zero-copy sends ZeroMQ still holds */
     pthread_mutex_t inflight_lock;
     pthread_cond_t inflight_done;
-    uint64_t dropped;      /* malformed or stale frames */
+    uint64_t dropped; /* malformed or stale frames */
     char dropped_why[160];
     unsigned long long bytes_sent, bytes_received, messages_sent, messages_received;
     unsigned long long *sent_to, *received_from; /* (world + 1) per peer; [world]: ddpd (ps mode) */
-    bool remote_reads;     /* every peer's memory can be read with process_vm_readv */
-    void *scratch;         /* where remote frames land when they are to be reduced, not kept */
+    bool remote_reads;                           /* every peer's memory can be read with process_vm_readv */
+    void *scratch;                               /* where remote frames land when they are to be reduced, not kept */
     size_t scratch_size;
-    long remote_pending;   /* COMM_FLAG_REMOTE frames sent and not yet acknowledged */
-    bool exposed;          /* a failed call left buffers a peer or ZeroMQ may still read */
+    long remote_pending; /* COMM_FLAG_REMOTE frames sent and not yet acknowledged */
+    bool exposed;        /* a failed call left buffers a peer or ZeroMQ may still read */
     bool locks_ready;
 } comm;
 
@@ -118,8 +118,8 @@ void comm_close(ddp_group *g);
 
 /* Sends n elements at data to dst. With zero_copy the buffer goes to ZeroMQ as it is and
  * must stay untouched until comm_flush(); otherwise it is copied. */
-int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_t offset, const void *data,
-              uint64_t n, bool zero_copy);
+int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_t offset, const void *data, uint64_t n,
+              bool zero_copy);
 /* Waits for the next frame from src with the call's seq and this tag; checks it against
  * the call. The caller closes it with comm_frame_free(). */
 int comm_recv(ddp_group *g, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame);

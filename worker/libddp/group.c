@@ -169,8 +169,7 @@ int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int
         if (r == -ETIMEDOUT)
             return group_fail(g, r, "%s", timeout_text);
         if (r < 0)
-            return group_fail(g, r, "waiting for ddpd's answer to %s: %s", wire_type_name(env->type),
-                              error_string(r));
+            return group_fail(g, r, "waiting for ddpd's answer to %s: %s", wire_type_name(env->type), error_string(r));
         const Ddp__Envelope *reply = ev->msg.env;
         if (!reply) { /* the agent lost the coordinator */
             g->failed = group_fail(g, ev->failure, "%s", ev->text);
@@ -268,8 +267,8 @@ static int group_join(ddp_group *g, const group_settings *s) {
     env.join = &body;
 
     char timeout_text[DDP_MAX_REASON];
-    snprintf(timeout_text, sizeof(timeout_text), "job '%s' did not form within %d ms at %s", g->job,
-             s->join_timeout_ms, g->coordinator);
+    snprintf(timeout_text, sizeof(timeout_text), "job '%s' did not form within %d ms at %s", g->job, s->join_timeout_ms,
+             g->coordinator);
     agent_event *ev = NULL;
     int r = group_request(g, &env, DDP__MSG_TYPE__WELCOME, s->join_timeout_ms, timeout_text, &ev);
     if (r < 0) {
@@ -307,7 +306,10 @@ static int group_join(ddp_group *g, const group_settings *s) {
 static int group_probe_remote_reads(ddp_group *g) {
     static const uint64_t magic = 0x216b6f2064706464ull; /* "ddpd ok!" */
     int left = (g->rank + g->world_size - 1) % g->world_size, right = (g->rank + 1) % g->world_size;
-    comm_call call = {.kind = COLL_SEND, .t = DTYPE_I64, .count = 1, .root = right,
+    comm_call call = {.kind = COLL_SEND,
+                      .t = DTYPE_I64,
+                      .count = 1,
+                      .root = right,
                       .deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms};
     uint64_t addr = (uint64_t)(uintptr_t)&magic, remote_addr = 0, value = 0;
     TRY(comm_send(g, right, &call, GROUP_PROBE_TAG, 0, &addr, 1, false));
@@ -317,8 +319,8 @@ static int group_probe_remote_reads(ddp_group *g) {
     memcpy(&remote_addr, f->data, sizeof(remote_addr));
     comm_frame_free(f);
     struct iovec local = {&value, sizeof(value)}, remote = {(void *)(uintptr_t)remote_addr, sizeof(value)};
-    int32_t ok = process_vm_readv((pid_t)g->pids[left], &local, 1, &remote, 1, 0) == (ssize_t)sizeof(value) &&
-                 value == magic;
+    int32_t ok =
+        process_vm_readv((pid_t)g->pids[left], &local, 1, &remote, 1, 0) == (ssize_t)sizeof(value) && value == magic;
     const char *wanted = getenv("DDP_REMOTE_READS"); /* "0": sockets only, for comparison or doubt */
     if (wanted && strcmp(wanted, "0") == 0)
         ok = 0;
@@ -446,18 +448,24 @@ DDP_EXPORT int ddp_report_progress(ddp_group *g, unsigned long long step, double
 }
 
 DDP_EXPORT int ddp_rank(const ddp_group *g) {
-    return g->rank;
+    return g ? g->rank : -EINVAL;
 }
 
 DDP_EXPORT int ddp_world_size(const ddp_group *g) {
-    return g->world_size;
+    return g ? g->world_size : -EINVAL;
 }
 
 DDP_EXPORT int ddp_local_rank(const ddp_group *g) {
-    return g->local_rank;
+    return g ? g->local_rank : -EINVAL;
+}
+
+DDP_EXPORT int ddp_timeout_ms(const ddp_group *g) {
+    return g ? g->timeout_ms : -EINVAL;
 }
 
 DDP_EXPORT int ddp_barrier(ddp_group *g) {
+    if (!g)
+        return -EINVAL;
     coll_drain(g); /* after every async request before it, as every call on the group */
     Ddp__Barrier body = DDP__BARRIER__INIT;
     body.round = g->barrier_round;

@@ -18,26 +18,26 @@ struct ddp_group {
     int rank, world_size, local_rank;
     int timeout_ms;
     uint64_t generation;
-    uint64_t next_seq;        /* of control requests */
+    uint64_t next_seq; /* of control requests */
     uint64_t barrier_round;
-    char **endpoints;         /* every rank's data endpoint, in rank order */
-    uint32_t *pids;           /* every rank's pid */
-    bool one_host;            /* every rank runs on this host */
+    char **endpoints; /* every rank's data endpoint, in rank order */
+    uint32_t *pids;   /* every rank's pid */
+    bool one_host;    /* every rank runs on this host */
     void *zmq_ctx;
-    void *data;               /* this rank's data socket, bound at init */
+    void *data; /* this rank's data socket, bound at init */
     char data_endpoint[DDP_MAX_ENDPOINT + 1];
     agent agent;
     comm comm;
-    uint64_t coll_seq;        /* collectives issued so far, every rank in the same order */
-    _Atomic int failed;       /* the first fatal error (an Abort, a lost coordinator), or 0; the
-                                 communication thread may set it while the caller reads it */
+    uint64_t coll_seq;  /* collectives issued so far, every rank in the same order */
+    _Atomic int failed; /* the first fatal error (an Abort, a lost coordinator), or 0; the
+                           communication thread may set it while the caller reads it */
     char last_error[DDP_MAX_REASON + 256];
 
     /* ps mode: the declared buckets, the step of each, averages that came early */
     uint64_t *ps_buckets;
     size_t n_ps_buckets;
     uint64_t *ps_push_step, *ps_pull_step;
-    agent_event **ps_early;   /* (n_ps_buckets) an average waiting to be pulled */
+    agent_event **ps_early; /* (n_ps_buckets) an average waiting to be pulled */
 
     /* The communication thread that runs async requests, in order, one at a time. */
     pthread_t comm_thread;
@@ -45,7 +45,7 @@ struct ddp_group {
     pthread_mutex_t queue_lock;
     pthread_cond_t queue_changed;
     struct ddp_request *queue_head, *queue_tail;
-    bool comm_busy;           /* a request is running on it */
+    bool comm_busy; /* a request is running on it */
     bool stopping;
 };
 

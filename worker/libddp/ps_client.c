@@ -89,9 +89,9 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
     const Ddp__GradAvg *avg = ev->msg.env->grad_avg;
     int r = 0;
     if (avg->step != step || zmq_msg_size(&ev->msg.payload[0]) != bytes)
-        r = g->failed = group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d of step %llu (%zu bytes) for step %llu (%zu)",
-                                   bucket, (unsigned long long)avg->step, zmq_msg_size(&ev->msg.payload[0]),
-                                   (unsigned long long)step, bytes);
+        r = g->failed = group_fail(
+            g, -EPROTO, "ps_pull: ddpd sent bucket %d of step %llu (%zu bytes) for step %llu (%zu)", bucket,
+            (unsigned long long)avg->step, zmq_msg_size(&ev->msg.payload[0]), (unsigned long long)step, bytes);
     else {
         memcpy(ret_average, zmq_msg_data(&ev->msg.payload[0]), bytes);
         g->ps_pull_step[bucket]++;

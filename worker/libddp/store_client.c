@@ -59,8 +59,7 @@ DDP_EXPORT int ddp_store_get(ddp_group *g, const char *key, void *buf, size_t si
     group_envelope(g, &env, DDP__MSG_TYPE__STORE_WAIT);
     env.store_wait = &body;
     char timeout_text[160];
-    snprintf(timeout_text, sizeof(timeout_text), "store_get '%.64s': no rank set it within %d ms", key,
-             g->timeout_ms);
+    snprintf(timeout_text, sizeof(timeout_text), "store_get '%.64s': no rank set it within %d ms", key, g->timeout_ms);
     agent_event *ev = NULL;
     /* ddpd's own timeout answers first; ours is the backstop for a silent ddpd. */
     TRY(group_request(g, &env, DDP__MSG_TYPE__STORE_VALUE, g->timeout_ms + 1000, timeout_text, &ev));

@@ -57,9 +57,13 @@ int ddp_abort(ddp_group *g, const char *reason);
 /* Leaves the job and frees the group. NULL is a no-op. */
 void ddp_finalize(ddp_group *g);
 
+/* The group's rank, world size, rank on this host, and the limit in ms of each barrier and
+ * collective (ddp_options.timeout_ms, else $DDP_TIMEOUT_MS, else 60000: for waits outside
+ * libddp, such as NCCL's, to honour the same one). -EINVAL on NULL. */
 int ddp_rank(const ddp_group *g);
 int ddp_world_size(const ddp_group *g);
 int ddp_local_rank(const ddp_group *g);
+int ddp_timeout_ms(const ddp_group *g);
 
 /* Returns once every rank has entered it. -ECONNABORTED when a member died or the job was
  * aborted, -EPIPE when a member left, -ETIMEDOUT after timeout_ms. */

@@ -1,7 +1,7 @@
 #include "tests/compare/report_checks.h"
 
-#include <check.h>
 #include <cJSON.h>
+#include <check.h>
 #include <expat.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -31,8 +31,8 @@ static void validate(const cJSON *v, const cJSON *schema, const char *at) {
         ck_assert_msg(found, "%s: not one of the allowed values", at);
     }
     const cJSON *req = cJSON_GetObjectItem(schema, "required"), *r;
-    cJSON_ArrayForEach(r, req) ck_assert_msg(cJSON_GetObjectItem(v, r->valuestring), "%s: '%s' missing", at,
-                                             r->valuestring);
+    cJSON_ArrayForEach(r, req)
+        ck_assert_msg(cJSON_GetObjectItem(v, r->valuestring), "%s: '%s' missing", at, r->valuestring);
     const cJSON *props = cJSON_GetObjectItem(schema, "properties"), *p;
     cJSON_ArrayForEach(p, props) {
         const cJSON *child = cJSON_GetObjectItem(v, p->string);
@@ -77,7 +77,6 @@ static void svg_text(void *user, const XML_Char *s, int len) {
         seen->text[seen->len] = '\0';
     }
 }
-
 
 char *report_read_file(const char *path) {
     FILE *f = fopen(path, "rb");

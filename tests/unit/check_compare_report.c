@@ -1,8 +1,8 @@
 /* ddp-compare's renderers on results made by hand: the table's cells, report.json against
  * the committed schema with every number in its place, report.svg as XML naming every
  * mode, and a stream that cannot take the report reported as an error. */
-#include <check.h>
 #include <cJSON.h>
+#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,9 +95,9 @@ START_TEST(test_gpu_memory) {
     const cJSON *ddp = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "modes"), 1);
     const cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItem(ddp, "ranks"), 0);
     ck_assert_double_eq(cJSON_GetObjectItem(rank0, "device_used_bytes")->valuedouble, 512 * 1048576.0);
-    ck_assert_ptr_null(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(
-                                               cJSON_GetArrayItem(cJSON_GetObjectItem(j, "modes"), 0), "ranks"), 0),
-                                           "device_used_bytes"));
+    ck_assert_ptr_null(cJSON_GetObjectItem(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "modes"), 0), "ranks"), 0),
+        "device_used_bytes"));
     cJSON_Delete(j);
     free(json);
 }
@@ -164,7 +164,7 @@ END_TEST
 START_TEST(test_write_error) {
     compare_report r = {.world = 2, .modes = modes, .n_modes = 3};
     int (*const writers[])(FILE *, const compare_report *) = {compare_write_table, compare_write_markdown,
-                                                             compare_write_json, compare_write_svg};
+                                                              compare_write_json, compare_write_svg};
     for (size_t i = 0; i < sizeof(writers) / sizeof(writers[0]); i++) {
         FILE *f = fopen("/dev/full", "w");
         ck_assert_ptr_nonnull(f);

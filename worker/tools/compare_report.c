@@ -99,12 +99,14 @@ static cJSON *mode_json(const mode_result *r) {
 /* Grouped bars: throughput per mode on the left, peak tracked memory per rank per mode on
  * the right; values written on the bars, so it reads without the table. */
 static void write_svg(FILE *f, const mode_result *m, int n_modes) {
-    static const char *const colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
-                                         "#b07aa1", "#ff9da7"};
+    static const char *const colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                         "#76b7b2", "#edc948", "#b07aa1", "#ff9da7"};
     int width = 960, height = 420, top = 80, bottom = 340;
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n", width, height, width, height);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "font-family=\"sans-serif\" font-size=\"12\">\n",
+            width, height, width, height);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"16\" text-anchor=\"middle\">ddp-compare: %d workers</text>\n",
             width / 2, m[0].world);
@@ -116,18 +118,21 @@ static void write_svg(FILE *f, const mode_result *m, int n_modes) {
     for (int i = 0; i < n_modes; i++) {
         double h = (bottom - top) * m[i].samples_per_s / best;
         int x = 60 + i * 110;
-        fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"70\" height=\"%.1f\" fill=\"%s\"/>\n", x, bottom - h, h, colors[i]);
+        fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"70\" height=\"%.1f\" fill=\"%s\"/>\n", x, bottom - h, h,
+                colors[i]);
         fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", x + 35, bottom - h - 4,
                 m[i].samples_per_s);
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x + 35, bottom + 18, m[i].mode);
     }
-    fprintf(f, "<line x1=\"50\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", bottom, 60 + n_modes * 110, bottom);
+    fprintf(f, "<line x1=\"50\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", bottom, 60 + n_modes * 110,
+            bottom);
     /* right: memory per rank per mode */
     double most = 1;
     for (int i = 0; i < n_modes; i++)
         for (int k = 0; k < m[i].world; k++)
             most = m[i].ranks[k].peak_tracked > most ? m[i].ranks[k].peak_tracked : most;
-    int left = 440, group = (width - left - 40) / (n_modes ? n_modes : 1), bar = (group - 20) / (m[0].world ? m[0].world : 1);
+    int left = 440, group = (width - left - 40) / (n_modes ? n_modes : 1),
+        bar = (group - 20) / (m[0].world ? m[0].world : 1);
     fprintf(f, "<text x=\"%d\" y=\"48\" text-anchor=\"middle\">peak tracked memory per rank (MiB)</text>\n",
             left + (width - left) / 2);
     for (int i = 0; i < n_modes; i++) {
@@ -135,15 +140,18 @@ static void write_svg(FILE *f, const mode_result *m, int n_modes) {
         for (int k = 0; k < m[i].world; k++) {
             double h = (bottom - top) * m[i].ranks[k].peak_tracked / most;
             int x = gx + k * bar;
-            fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\"><title>%s rank %d</title></rect>\n",
-                    x, bottom - h, bar - 2, h, colors[k % 8], m[i].mode, k);
+            fprintf(
+                f,
+                "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\"><title>%s rank %d</title></rect>\n",
+                x, bottom - h, bar - 2, h, colors[k % 8], m[i].mode, k);
             fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\">%.1f</text>\n", x + bar / 2,
                     bottom - h - 3, m[i].ranks[k].peak_tracked / 1048576.0);
         }
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", gx + (bar * m[i].world) / 2,
                 bottom + 18, m[i].mode);
     }
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", left - 10, bottom, width - 30, bottom);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", left - 10, bottom, width - 30,
+            bottom);
     for (int k = 0; k < m[0].world && k < 8; k++) {
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", left + k * 70, bottom + 40,
                 colors[k]);

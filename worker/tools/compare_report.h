@@ -14,12 +14,12 @@ typedef struct {
 
 typedef struct {
     char mode[16];
-    double bucket_mb;          /* the sweep: 0 for the default */
+    double bucket_mb; /* the sweep: 0 for the default */
     int world, steps;
     double samples_per_s, seconds, loss, accuracy;
     rank_result ranks[COMPARE_MAX_RANKS];
-    double imbalance;          /* max/min peak tracked memory */
-    int link_from, link_to;    /* busiest link; to == world: ddpd */
+    double imbalance;       /* max/min peak tracked memory */
+    int link_from, link_to; /* busiest link; to == world: ddpd */
     double link_bytes;
 } mode_result;
 

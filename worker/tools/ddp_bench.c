@@ -127,13 +127,27 @@ static void bench_fill(const bench_ctx *c, void *buf, uint64_t n, int r) {
     for (uint64_t i = 0; i < n; i++) {
         float v = (float)(r + 1);
         switch (c->t) {
-        case DDP_F32: ((float *)buf)[i] = v; break;
-        case DDP_F64: ((double *)buf)[i] = v; break;
-        case DDP_F16: ((uint16_t *)buf)[i] = float_to_half(v); break;
-        case DDP_BF16: ((uint16_t *)buf)[i] = float_to_bf16(v); break;
-        case DDP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-        case DDP_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-        case DDP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+        case DDP_F32:
+            ((float *)buf)[i] = v;
+            break;
+        case DDP_F64:
+            ((double *)buf)[i] = v;
+            break;
+        case DDP_F16:
+            ((uint16_t *)buf)[i] = float_to_half(v);
+            break;
+        case DDP_BF16:
+            ((uint16_t *)buf)[i] = float_to_bf16(v);
+            break;
+        case DDP_I32:
+            ((int32_t *)buf)[i] = (int32_t)v;
+            break;
+        case DDP_I64:
+            ((int64_t *)buf)[i] = (int64_t)v;
+            break;
+        case DDP_U8:
+            ((uint8_t *)buf)[i] = (uint8_t)v;
+            break;
         }
     }
 }
@@ -157,7 +171,8 @@ static long bench_check(ddp_group *g, const bench_ctx *c, uint64_t count) {
     reduce_finish(want, 1, (dtype)c->t, (reduce_op)c->op, n);
     long wrong = 0;
     uint64_t check_n = c->kind == B_ALL_GATHER ? (uint64_t)n * count : count;
-    bool reduced = c->kind == B_ALL_REDUCE || c->kind == B_REDUCE_SCATTER || (c->kind == B_REDUCE && c->rank == c->root);
+    bool reduced =
+        c->kind == B_ALL_REDUCE || c->kind == B_REDUCE_SCATTER || (c->kind == B_REDUCE && c->rank == c->root);
     for (uint64_t i = 0; i < check_n; i++) {
         if (reduced) {
             wrong += memcmp((char *)c->recv + i * c->es, want, c->es) != 0;
@@ -215,8 +230,8 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
                 "(GB/s)", "(GB/s)", "", "", "");
     }
     if (out && o->json)
-        fprintf(out, "{\"collective\": \"%s\", \"world\": %d, \"dtype\": \"%s\", \"op\": \"%s\", \"rows\": [", kind_names[kind],
-                n, type, redop);
+        fprintf(out, "{\"collective\": \"%s\", \"world\": %d, \"dtype\": \"%s\", \"op\": \"%s\", \"rows\": [",
+                kind_names[kind], n, type, redop);
     double bus_sum = 0;
     int rows = 0;
     for (uint64_t size = min_bytes; size <= max_bytes && r == 0; size *= (uint64_t)o->factor) {
@@ -344,7 +359,8 @@ int main(int argc, char **argv) {
             found = true;
         }
     if (!found || first + 1 < argc) {
-        fprintf(stderr, "ddp-bench: name one collective: all_reduce, all_gather, reduce_scatter, broadcast or reduce\n");
+        fprintf(stderr,
+                "ddp-bench: name one collective: all_reduce, all_gather, reduce_scatter, broadcast or reduce\n");
         code = 2;
         goto out;
     }
@@ -354,8 +370,8 @@ int main(int argc, char **argv) {
         code = 2;
         goto out;
     }
-    if ((!strcmp(o.op_name, "avg")) && (!strcmp(o.dtype_name, "i32") || !strcmp(o.dtype_name, "i64") ||
-                                        !strcmp(o.dtype_name, "u8"))) {
+    if ((!strcmp(o.op_name, "avg")) &&
+        (!strcmp(o.dtype_name, "i32") || !strcmp(o.dtype_name, "i64") || !strcmp(o.dtype_name, "u8"))) {
         fprintf(stderr, "ddp-bench: --op avg needs a floating-point --dtype\n");
         code = 2;
         goto out;

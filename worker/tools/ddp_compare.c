@@ -1,6 +1,6 @@
 /* ddp-compare: the same training in each sync mode, side by side.
  *
- *   ddp-compare -n 4 --modes dp,ddp,ps --steps 100 --out DIR -- --model mlp
+ *   ddp-compare -n 4 --modes dp,ddp --steps 100 --out DIR -- --model mlp
  *
  * Each mode runs as its own job (a private ddpd unless --coordinator), every rank writing
  * its metrics; then one table: samples/s, step time split into compute, communication and
@@ -21,8 +21,10 @@
 #include "common/log.h"
 #include "worker/tools/compare_report.h"
 #include "worker/tools/launcher.h"
+#include "worker/trainer/sync_modes.h"
 
-#define COMPARE_MAX_MODES 3
+static const char *const sync_modes[] = {SYNC_MODES(SYNC_MODE_STRING)}; /* the trainer's, sync_modes.h */
+#define COMPARE_MAX_MODES (int)(sizeof(sync_modes) / sizeof(sync_modes[0]))
 #define COMPARE_SWEEP 4
 
 typedef struct {
@@ -38,7 +40,8 @@ typedef struct {
 static const config_option compare_table[] = {
     {"nproc", CONFIG_INT, 1, COMPARE_MAX_RANKS, "2", offsetof(compare_options, nproc), "workers per run", "N", NULL,
      NULL, 'n'},
-    {"modes", CONFIG_STRING, 1, 64, "dp,ddp,ps", offsetof(compare_options, modes), "sync modes to compare", "LIST"},
+    {"modes", CONFIG_STRING, 1, 64, NULL, offsetof(compare_options, modes),
+     "sync modes to compare, comma-separated (default: every mode)", "LIST"},
     {"steps", CONFIG_INT, 0, 100000000, "0", offsetof(compare_options, steps), "optimizer steps per run", "S"},
     {"epochs", CONFIG_INT, 0, 10000, "0", offsetof(compare_options, epochs), "epochs per run (default: 1)", "E"},
     {"out", CONFIG_STRING, 1, 4096, "ddp-compare", offsetof(compare_options, out),
@@ -55,7 +58,7 @@ static const config_option compare_table[] = {
 
 static const config_spec compare_spec = {
     .program = "ddp-compare",
-    .usage = "-n N [--modes dp,ddp,ps] [--steps S | --epochs E] [--out DIR] [-- WORKER ARGS...]",
+    .usage = "-n N [--modes LIST] [--steps S | --epochs E] [--out DIR] [-- WORKER ARGS...]",
     .summary = "Runs the same training in each sync mode and compares throughput, time, memory and traffic.",
     .env_prefix = "DDP_COMPARE_",
     .options = compare_table,
@@ -173,14 +176,48 @@ static int run_mode(const compare_options *o, const char *program, char **extra,
         argv[k++] = bucket;
     }
     argv[k] = NULL;
-    launcher_options launch = {.nproc = o->nproc, .coordinator = o->coordinator, .grace_ms = 5000,
-                               .program = program, .argv = argv};
+    launcher_options launch = {
+        .nproc = o->nproc, .coordinator = o->coordinator, .grace_ms = 5000, .program = program, .argv = argv};
     printf("ddp-compare: %s mode%s\n", mode, bucket_mb > 0 ? " (bucket sweep)" : "");
     fflush(stdout);
     int code = 1;
     launcher_run(&launch, &code);
     free(argv);
     return code;
+}
+
+static int mode_index(const char *name) {
+    for (int i = 0; i < COMPARE_MAX_MODES; i++)
+        if (!strcmp(name, sync_modes[i]))
+            return i;
+    return -1;
+}
+
+/* --modes: each a sync mode, at most once; unset, every mode. */
+static int parse_modes(const char *list, mode_result *results, int *ret_n) {
+    char modes[80];
+    bool seen[COMPARE_MAX_MODES] = {false};
+    int n = 0;
+    if (!list) {
+        for (; n < COMPARE_MAX_MODES; n++)
+            snprintf(results[n].mode, sizeof(results[n].mode), "%s", sync_modes[n]);
+        *ret_n = n;
+        return 0;
+    }
+    snprintf(modes, sizeof(modes), "%s", list);
+    for (char *m = strtok(modes, ","); m; m = strtok(NULL, ",")) {
+        int i = mode_index(m);
+        if (i < 0 || seen[i]) {
+            char names[80];
+            sync_modes_describe(names, sizeof(names));
+            fprintf(stderr, "ddp-compare: --modes: '%s' is not %s (each at most once)\n", m, names);
+            return -EINVAL;
+        }
+        seen[i] = true;
+        snprintf(results[n++].mode, sizeof(results[0].mode), "%s", m);
+    }
+    *ret_n = n;
+    return 0;
 }
 
 /* dir/name, whole or with an error that says why (the writer's, or the disk's). */
@@ -233,15 +270,9 @@ int main(int argc, char **argv) {
 
     mode_result results[COMPARE_MAX_MODES + COMPARE_SWEEP] = {0};
     int n_modes = 0, code = 0;
-    char modes[80];
-    snprintf(modes, sizeof(modes), "%s", o.modes);
-    for (char *m = strtok(modes, ","); m; m = strtok(NULL, ",")) {
-        if ((strcmp(m, "ddp") && strcmp(m, "dp") && strcmp(m, "ps")) || n_modes == COMPARE_MAX_MODES) {
-            fprintf(stderr, "ddp-compare: --modes: '%s' is not ddp, dp or ps (each at most once)\n", m);
-            config_free(&compare_spec, &o);
-            return 2;
-        }
-        snprintf(results[n_modes++].mode, sizeof(results[0].mode), "%s", m);
+    if ((r = parse_modes(o.modes, results, &n_modes)) < 0) {
+        config_free(&compare_spec, &o);
+        return 2;
     }
     char dir[PATH_MAX], program[PATH_MAX + 16];
     if (launcher_self_dir(dir, sizeof(dir)) < 0) {
@@ -280,14 +311,17 @@ int main(int argc, char **argv) {
         return code;
     }
 
-    compare_report report = {.world = o.nproc, .modes = results, .n_modes = n_modes, .sweep = swept,
+    compare_report report = {.world = o.nproc,
+                             .modes = results,
+                             .n_modes = n_modes,
+                             .sweep = swept,
                              .n_sweep = o.sweep_buckets ? COMPARE_SWEEP : 0};
     compare_write_table(stdout, &report);
     static const struct {
         const char *name;
         int (*write)(FILE *f, const compare_report *r);
-    } files[] = {{"report.json", compare_write_json}, {"report.md", compare_write_markdown},
-                 {"report.svg", compare_write_svg}};
+    } files[] = {
+        {"report.json", compare_write_json}, {"report.md", compare_write_markdown}, {"report.svg", compare_write_svg}};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]) && code == 0; i++)
         if (write_report(o.out, files[i].name, files[i].write, &report) < 0)
             code = 1;

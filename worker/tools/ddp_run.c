@@ -38,7 +38,8 @@ static const config_option ddp_run_options_table[] = {
      "job name, given to the ranks as DDP_JOB", "NAME"},
     {"max-restarts", CONFIG_INT, 0, 1000, "0", offsetof(ddp_run_options, max_restarts),
      "start the whole job again this many times after a failure (as torchrun's); ranks that keep a checkpoint "
-     "resume from it", "N"},
+     "resume from it",
+     "N"},
     {"grace-ms", CONFIG_INT, 0, DDP_MAX_TIMEOUT_MS, "5000", offsetof(ddp_run_options, grace_ms),
      "how long stopping ranks get before SIGKILL", "MS"},
     {"verbose", CONFIG_BOOL, 0, 1, NULL, offsetof(ddp_run_options, verbose),

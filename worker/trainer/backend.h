@@ -79,8 +79,8 @@ typedef struct {
     void (*mse_backward)(backend *b, float *dout /* (B, C) */, const float *out /* (B, C) */,
                          const float *target /* (B, C) */, float scale, int B, int C);
     /* torch.optim.SGD: v = momentum * v + g (v = g at the first step); p -= lr * v */
-    void (*sgd_step)(backend *b, float *params, float *velocity, const float *grads, size_t n, float lr,
-                     float momentum, int first_step);
+    void (*sgd_step)(backend *b, float *params, float *velocity, const float *grads, size_t n, float lr, float momentum,
+                     int first_step);
     /* acc += in (dp mode: gradients summed on rank 0's device) */
     void (*accumulate)(backend *b, float *acc, const float *in, size_t n);
     /* correct = number of rows whose argmax equals the target (result on the host) */
@@ -97,8 +97,7 @@ typedef struct {
     int (*peer_join)(backend *b, const void *id, size_t size, int rank, int world, int timeout_ms,
                      int (*should_stop)(void *ctx), void *ctx, char *err, size_t err_size);
     int (*peer_all_reduce_avg)(backend *b, float *buf, size_t n, char *err, size_t err_size);
-    int (*peer_wait)(backend *b, int timeout_ms, int (*should_stop)(void *ctx), void *ctx, char *err,
-                     size_t err_size);
+    int (*peer_wait)(backend *b, int timeout_ms, int (*should_stop)(void *ctx), void *ctx, char *err, size_t err_size);
 } backend_ops;
 
 /* The id of a device-side communicator, for the job's store: NCCL's is 128 bytes. */
@@ -110,9 +109,9 @@ typedef void (*backend_fatal_fn)(void *ctx, const char *what);
 
 struct backend {
     const backend_ops *ops;
-    int device;              /* -1 for the CPU; the CUDA device ordinal */
-    backend_memory memory;   /* this backend's device */
-    backend_memory host;     /* its staging buffers in host memory */
+    int device;            /* -1 for the CPU; the CUDA device ordinal */
+    backend_memory memory; /* this backend's device */
+    backend_memory host;   /* its staging buffers in host memory */
     void *impl;
 };
 
@@ -121,8 +120,7 @@ int backend_cpu_open(backend *ret, int blas_threads);
 /* The CUDA backend (cuda/, when the build has it) on device ordinal `device` as
  * CUDA_VISIBLE_DEVICES numbers them; 0 or a negative error with err saying why (no
  * driver, no such device). fatal is called on any later CUDA error. */
-int backend_cuda_open(backend *ret, int device, backend_fatal_fn fatal, void *fatal_ctx, char *err,
-                      size_t err_size);
+int backend_cuda_open(backend *ret, int device, backend_fatal_fn fatal, void *fatal_ctx, char *err, size_t err_size);
 /* GPUs the CUDA runtime sees, or a negative error with err saying why none can be used. */
 int backend_cuda_device_count(char *err, size_t err_size);
 

@@ -49,9 +49,15 @@ int checkpoint_write(const char *path, const checkpoint_info *info, const float 
         snprintf(err, err_size, "%s: cannot create: %s", tmp, strerror(-r));
         return r;
     }
-    checkpoint_header h = {.version = 1, .has_velocity = velocity != NULL, .n_params = info->n_params,
-                           .step = info->step, .epoch = info->epoch, .step_in_epoch = info->step_in_epoch,
-                           .seed = info->seed, .world_size = info->world_size, .global_batch = info->global_batch};
+    checkpoint_header h = {.version = 1,
+                           .has_velocity = velocity != NULL,
+                           .n_params = info->n_params,
+                           .step = info->step,
+                           .epoch = info->epoch,
+                           .step_in_epoch = info->step_in_epoch,
+                           .seed = info->seed,
+                           .world_size = info->world_size,
+                           .global_batch = info->global_batch};
     memcpy(h.magic, CHECKPOINT_MAGIC, 8);
     snprintf(h.model, sizeof(h.model), "%s", info->model);
     uLong crc = crc32(0L, Z_NULL, 0);
@@ -147,9 +153,14 @@ int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_
         r = -EBADMSG;
         goto out;
     }
-    *ret_info = (checkpoint_info){.n_params = h.n_params, .step = h.step, .epoch = h.epoch,
-                                  .step_in_epoch = h.step_in_epoch, .seed = h.seed, .world_size = h.world_size,
-                                  .global_batch = h.global_batch, .has_velocity = h.has_velocity};
+    *ret_info = (checkpoint_info){.n_params = h.n_params,
+                                  .step = h.step,
+                                  .epoch = h.epoch,
+                                  .step_in_epoch = h.step_in_epoch,
+                                  .seed = h.seed,
+                                  .world_size = h.world_size,
+                                  .global_batch = h.global_batch,
+                                  .has_velocity = h.has_velocity};
     snprintf(ret_info->model, sizeof(ret_info->model), "%s", h.model);
 out:
     fclose(f);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "worker/trainer/idx.h"
+#include "worker/trainer/rng.h"
 
 typedef struct {
     const char *split;       /* "training", "test": in messages */
@@ -174,7 +175,43 @@ void dataset_free(dataset *d) {
         return;
     free(d->train.x);
     free(d->train.y);
+    free(d->train.targets);
     free(d->test.x);
     free(d->test.y);
+    free(d->test.targets);
     memset(d, 0, sizeof(*d));
+}
+
+/* Standard normal by Box-Muller. */
+static float normal(rng *r) {
+    float u = rng_float(r), v = rng_float(r);
+    return sqrtf(-2.0f * logf(u > 0 ? u : 1e-7f)) * cosf(6.2831853f * v);
+}
+
+static int toy_split(dataset_split *s, size_t n, int in, int out, rng *r) {
+    s->n = n;
+    s->dim = (size_t)in;
+    s->x = malloc(n * (size_t)in * sizeof(float));
+    s->y = calloc(n, 1);
+    s->targets = malloc(n * (size_t)out * sizeof(float));
+    if (!s->x || !s->y || !s->targets)
+        return -ENOMEM;
+    for (size_t i = 0; i < n * (size_t)in; i++)
+        s->x[i] = normal(r);
+    for (size_t i = 0; i < n * (size_t)out; i++)
+        s->targets[i] = normal(r);
+    return 0;
+}
+
+int dataset_toy(dataset *ret, size_t n_train, size_t n_test, int inputs, int outputs, uint64_t seed) {
+    memset(ret, 0, sizeof(*ret));
+    rng r;
+    rng_seed(&r, seed);
+    int e = toy_split(&ret->train, n_train, inputs, outputs, &r);
+    if (e == 0)
+        e = toy_split(&ret->test, n_test, inputs, outputs, &r);
+    ret->n_classes = (unsigned)outputs;
+    if (e < 0)
+        dataset_free(ret);
+    return e;
 }

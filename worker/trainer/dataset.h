@@ -18,8 +18,9 @@
 
 typedef struct {
     size_t n, dim;
-    float *x;   /* (n, dim) */
-    uint8_t *y; /* (n) */
+    float *x;       /* (n, dim) */
+    uint8_t *y;     /* (n) class labels */
+    float *targets; /* (n, outputs) regression targets (the toy data), else NULL */
 } dataset_split;
 
 typedef struct {
@@ -35,6 +36,10 @@ typedef struct {
  * *ret is left zeroed. */
 int dataset_load(const char *dir, dataset *ret, char *err, size_t err_size);
 void dataset_free(dataset *d);
+/* The DDP tutorial's ToyModel data: standard normal inputs (inputs wide) and regression
+ * targets (outputs wide), n_train and n_test rows, the same for the same seed on every
+ * rank. -ENOMEM, or 0. */
+int dataset_toy(dataset *ret, size_t n_train, size_t n_test, int inputs, int outputs, uint64_t seed);
 
 /* Training statistics of p/255 over n bytes: mean and population std, in double. */
 void dataset_pixel_stats(const uint8_t *pixels, size_t n, double *ret_mean, double *ret_std);

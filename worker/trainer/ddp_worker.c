@@ -10,13 +10,13 @@
 #include "common/log.h"
 #include "worker/trainer/trainer.h"
 
-static const char *const modes[] = {"ddp", "dp", "ps", NULL};
+/* "sync mode: ddp, dp or ps", from the list of modes (sync_modes.h), made by main. */
+static char mode_help[96];
 static const char *const samplers[] = {"partition", "global", NULL};
 static const char *const transports[] = {"zmq", "nccl", NULL};
 
 static const config_option worker_table[] = {
-    {"config", CONFIG_STRING, 1, 4096, NULL, offsetof(worker_options, config), "read options from an INI file",
-     "FILE"},
+    {"config", CONFIG_STRING, 1, 4096, NULL, offsetof(worker_options, config), "read options from an INI file", "FILE"},
     {"coordinator", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, NULL, offsetof(worker_options, coordinator),
      "ddpd's endpoint (default: DDP_COORDINATOR, else MASTER_ADDR:MASTER_PORT)", "EP"},
     {"job", CONFIG_STRING, 1, DDP_MAX_JOB_NAME, NULL, offsetof(worker_options, job), "job name (default: DDP_JOB)",
@@ -25,7 +25,7 @@ static const config_option worker_table[] = {
      "workers in the job (default: WORLD_SIZE)", "N"},
     {"rank", CONFIG_INT, -1, DDP_MAX_WORLD_SIZE - 1, "-1", offsetof(worker_options, rank),
      "this worker's rank (default: RANK, else ddpd assigns one)", "R"},
-    {"mode", CONFIG_STRING, 1, 32, "ddp", offsetof(worker_options, mode), "sync mode: ddp, dp or ps", "MODE", modes},
+    {"mode", CONFIG_STRING, 1, 32, "ddp", offsetof(worker_options, mode), mode_help, "MODE", sync_mode_names},
     {"model", CONFIG_STRING, 1, 63, "mlp", offsetof(worker_options, model),
      "linear, mlp, toy, or layer sizes like 784-128-10", "M"},
     {"data", CONFIG_STRING, 1, 4096, "/usr/share/datasets/fashion-mnist", offsetof(worker_options, data),
@@ -78,6 +78,8 @@ static void on_stop(int sig) {
 }
 
 int main(int argc, char **argv) {
+    snprintf(mode_help, sizeof(mode_help), "sync mode: ");
+    sync_modes_describe(mode_help + strlen(mode_help), sizeof(mode_help) - strlen(mode_help));
     worker_options o = {0};
     char err[512];
     int first = argc;

@@ -195,8 +195,8 @@ void model_forward(model *m, int B) {
         bool crosses = l == st->last && l + 1 < s->n_layers;
         float *out = crosses ? st->out : m->acts[l + 1];
         size_t n = (size_t)B * (size_t)s->sizes[l + 1];
-        o->linear_forward(st->b, out, m->acts[l], layer_weight(st, s, st->params, l),
-                          layer_bias(st, s, st->params, l), B, s->sizes[l], s->sizes[l + 1]);
+        o->linear_forward(st->b, out, m->acts[l], layer_weight(st, s, st->params, l), layer_bias(st, s, st->params, l),
+                          B, s->sizes[l], s->sizes[l + 1]);
         if (l + 1 < s->n_layers) /* ReLU between layers, none after the last */
             o->relu_forward(st->b, out, n);
         if (crosses)
@@ -225,6 +225,39 @@ void model_backward(model *m, const float *dout, int B, void (*layer_done)(void 
             d = dinp;
         }
     }
+}
+
+double model_sum_losses(model *m, const float *losses, int B) {
+    backend *b = m->b;
+    float host[4096];
+    double sum = 0;
+    for (int done = 0; done < B; done += 4096) {
+        int n = B - done < 4096 ? B - done : 4096;
+        b->ops->download(b, host, losses + done, (size_t)n * sizeof(float));
+        for (int i = 0; i < n; i++)
+            sum += host[i];
+    }
+    return sum;
+}
+
+double model_loss(model *m, int B, float *losses, float *probs, const float *logits, const uint8_t *targets,
+                  const float *mse_targets, float *dlogits, float scale) {
+    backend *b = m->b;
+    const backend_ops *o = b->ops;
+    int C = m->spec.sizes[m->spec.n_layers];
+    if (m->spec.loss == LOSS_MSE) {
+        o->mse_forward(b, losses, logits, mse_targets, B, C);
+        o->mse_backward(b, dlogits, logits, mse_targets, scale, B, C);
+    } else {
+        o->crossentropy_forward(b, losses, probs, logits, targets, B, C);
+        o->crossentropy_backward(b, dlogits, probs, targets, scale, B, C);
+    }
+    return model_sum_losses(m, losses, B) / B;
+}
+
+void model_synchronize(model *m) {
+    for (int i = 0; i < m->n_stages; i++)
+        m->stages[i].b->ops->synchronize(m->stages[i].b);
 }
 
 static float *stage_block(const model_stage *st, model_block which) {

@@ -51,15 +51,15 @@ typedef enum { MODEL_PARAMS, MODEL_GRADS, MODEL_VELOCITY } model_block;
 
 typedef struct {
     model_spec spec;
-    backend *b;                         /* the last stage's: outputs, losses and their inputs live there */
-    int batch;                          /* rows the activations hold */
+    backend *b; /* the last stage's: outputs, losses and their inputs live there */
+    int batch;  /* rows the activations hold */
     int n_stages;
     model_stage stages[MODEL_MAX_STAGES];
-    float *params, *grads, *velocity;   /* one stage: its blocks, the whole model; NULL with two */
-    float *acts[MODEL_MAX_LAYERS + 1];  /* acts[l] layer l's input, on its stage; acts[n_layers] the logits */
-    float *losses;                      /* (batch) */
-    float *probs;                       /* (batch, classes) */
-    float *crossing;                    /* host memory activations and gradients cross stages through */
+    float *params, *grads, *velocity;  /* one stage: its blocks, the whole model; NULL with two */
+    float *acts[MODEL_MAX_LAYERS + 1]; /* acts[l] layer l's input, on its stage; acts[n_layers] the logits */
+    float *losses;                     /* (batch) */
+    float *probs;                      /* (batch, classes) */
+    float *crossing;                   /* host memory activations and gradients cross stages through */
     size_t widest;
 } model;
 
@@ -78,6 +78,16 @@ void model_forward(model *m, int B);
 /* Back-propagates dout (B, outputs) into grads (accumulating: zero them first). After each
  * layer's gradients are complete, layer_done(ctx, layer) is called: layers count down. */
 void model_backward(model *m, const float *dout, int B, void (*layer_done)(void *ctx, int layer), void *ctx);
+/* The loss of B rows of logits, on the output device: the per-row losses (and probs, for
+ * cross-entropy) written, dlogits = d loss / d logits * scale; returns the mean over the
+ * rows. targets are class indices (cross-entropy) and mse_targets rows (MSE), both on
+ * the output device; the loss kind uses one of them. */
+double model_loss(model *m, int B, float *losses, float *probs, const float *logits, const uint8_t *targets,
+                  const float *mse_targets, float *dlogits, float scale);
+/* The sum of B per-row losses on the output device, added up on the host. */
+double model_sum_losses(model *m, const float *losses, int B);
+/* Waits for the work queued on every stage's device. */
+void model_synchronize(model *m);
 
 /* The whole model's blocks, whatever stages hold them. */
 int model_stage_of_layer(const model *m, int layer);

@@ -8,138 +8,201 @@
  * Where gradients live in host memory (the CPU) the sum is libddp's reduce. On a GPU it is
  * DataParallel's reduce_add on the first device: every rank's gradients come to rank 0 and
  * are added there, one rank after another, by the backend's accumulate kernel. */
-#include "worker/trainer/trainer.h"
-
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "worker/trainer/sync.h"
+
+typedef struct {
+    sync_ctx c;
+    /* rank 0 only: DataParallel's extra memory on its first device, (global_batch, ...) */
+    float *gathered_logits;    /* (G, outputs) */
+    float *gathered_dlogits;   /* (G, outputs) */
+    uint8_t *gathered_targets; /* (G) on the device */
+    uint8_t *gathered_targets_host;
+    float *gathered_mse_targets;
+    float *gathered_losses;          /* (G) */
+    float *gathered_probs;           /* (G, outputs) */
+    float *gathered_wire;            /* (G, outputs) host staging of the above, where they are not host memory */
+    float *gathered_grads;           /* gradients not in host memory: every rank's, (world, n_params), host */
+    float *addend[MODEL_MAX_STAGES]; /* ... and one rank's at a time, on each stage's device */
+} dp_state;
 
 /* Rank 0's extra buffers live with its outputs, on the (last) device that computes the loss. */
-static void *dp_alloc(trainer *t, size_t bytes) {
-    return t->m.b->ops->alloc(t->m.b, bytes);
+static void *dp_alloc(const sync_ctx *c, size_t bytes) {
+    return c->m->b->ops->alloc(c->m->b, bytes);
 }
 
-int sync_dp_setup(trainer *t) {
-    if (t->rank != 0)
-        return 0;
-    int C = t->m.spec.sizes[t->m.spec.n_layers];
-    size_t out = (size_t)t->global_batch * (size_t)C;
-    t->gathered_logits = dp_alloc(t, out * sizeof(float));
-    t->gathered_dlogits = dp_alloc(t, out * sizeof(float));
-    t->gathered_targets = dp_alloc(t, (size_t)t->global_batch);
-    t->gathered_targets_host = calloc((size_t)t->global_batch, 1);
-    t->gathered_losses = dp_alloc(t, (size_t)t->global_batch * sizeof(float));
-    t->gathered_probs = dp_alloc(t, out * sizeof(float));
-    if (t->m.spec.loss == LOSS_MSE)
-        t->gathered_mse_targets = dp_alloc(t, out * sizeof(float));
-    backend *staging = trainer_staging_backend(t);
-    if (!t->m.b->ops->host_memory && !(t->gathered_wire = staging->ops->host_alloc(staging, out * sizeof(float))))
-        return trainer_fail(t, -ENOMEM, "out of memory for rank 0's gathered outputs");
-    if (!t->gathered_logits || !t->gathered_dlogits || !t->gathered_targets || !t->gathered_targets_host ||
-        !t->gathered_losses || !t->gathered_probs ||
-        (t->m.spec.loss == LOSS_MSE && !t->gathered_mse_targets))
-        return trainer_fail(t, -ENOMEM, "out of memory for rank 0's gathered outputs");
-    if (!trainer_direct(t)) { /* every rank's gradients, and a device buffer to add each from */
-        size_t n = t->m.spec.n_params;
-        t->gathered_grads = staging->ops->host_alloc(staging, (size_t)t->world * n * sizeof(float));
-        for (int i = 0; i < t->m.n_stages; i++) {
-            const model_stage *st = &t->m.stages[i];
-            if (!(t->dp_addend[i] = st->b->ops->alloc(st->b, st->count * sizeof(float))) || !t->gathered_grads)
-                return trainer_fail(t, -ENOMEM, "out of memory for rank 0's gradient sum");
+static void dp_close(void *state) {
+    dp_state *s = state;
+    const sync_ctx *c = &s->c;
+    backend *out = c->m->b, *host = c->staging->host;
+    const backend_ops *o = out->ops;
+    size_t G = (size_t)c->global_batch, C = (size_t)c->m->spec.sizes[c->m->spec.n_layers];
+    o->release(out, s->gathered_logits, G * C * sizeof(float));
+    o->release(out, s->gathered_dlogits, G * C * sizeof(float));
+    o->release(out, s->gathered_targets, G);
+    o->release(out, s->gathered_mse_targets, G * C * sizeof(float));
+    o->release(out, s->gathered_losses, G * sizeof(float));
+    o->release(out, s->gathered_probs, G * C * sizeof(float));
+    host->ops->host_release(host, s->gathered_wire, G * C * sizeof(float));
+    host->ops->host_release(host, s->gathered_grads, (size_t)c->world * c->m->spec.n_params * sizeof(float));
+    for (int i = 0; i < c->m->n_stages; i++) {
+        const model_stage *st = &c->m->stages[i];
+        st->b->ops->release(st->b, s->addend[i], st->count * sizeof(float));
+    }
+    free(s->gathered_targets_host);
+    free(s);
+}
+
+static int dp_alloc_rank0(dp_state *s) {
+    const sync_ctx *c = &s->c;
+    const model *m = c->m;
+    int C = m->spec.sizes[m->spec.n_layers];
+    size_t out = (size_t)c->global_batch * (size_t)C;
+    s->gathered_logits = dp_alloc(c, out * sizeof(float));
+    s->gathered_dlogits = dp_alloc(c, out * sizeof(float));
+    s->gathered_targets = dp_alloc(c, (size_t)c->global_batch);
+    s->gathered_targets_host = calloc((size_t)c->global_batch, 1);
+    s->gathered_losses = dp_alloc(c, (size_t)c->global_batch * sizeof(float));
+    s->gathered_probs = dp_alloc(c, out * sizeof(float));
+    if (m->spec.loss == LOSS_MSE)
+        s->gathered_mse_targets = dp_alloc(c, out * sizeof(float));
+    backend *host = c->staging->host;
+    if (!m->b->ops->host_memory && !(s->gathered_wire = host->ops->host_alloc(host, out * sizeof(float))))
+        return sync_fail(c, -ENOMEM, "out of memory for rank 0's gathered outputs");
+    if (!s->gathered_logits || !s->gathered_dlogits || !s->gathered_targets || !s->gathered_targets_host ||
+        !s->gathered_losses || !s->gathered_probs || (m->spec.loss == LOSS_MSE && !s->gathered_mse_targets))
+        return sync_fail(c, -ENOMEM, "out of memory for rank 0's gathered outputs");
+    if (!c->staging->direct) { /* every rank's gradients, and a device buffer to add each from */
+        size_t n = m->spec.n_params;
+        s->gathered_grads = host->ops->host_alloc(host, (size_t)c->world * n * sizeof(float));
+        for (int i = 0; i < m->n_stages; i++) {
+            const model_stage *st = &m->stages[i];
+            if (!(s->addend[i] = st->b->ops->alloc(st->b, st->count * sizeof(float))) || !s->gathered_grads)
+                return sync_fail(c, -ENOMEM, "out of memory for rank 0's gradient sum");
         }
     }
+    return 0;
+}
+
+static int dp_open(const sync_ctx *c, void **ret_state) {
+    dp_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return sync_fail(c, -ENOMEM, "out of memory");
+    s->c = *c;
+    int r = c->rank == 0 ? dp_alloc_rank0(s) : 0;
+    if (r < 0) {
+        dp_close(s);
+        return r;
+    }
+    *ret_state = s;
     return 0;
 }
 
 /* The whole batch's gradients on rank 0: libddp's reduce, or on a device, DataParallel's
  * reduce_add (see the top). */
-static int dp_sum_gradients(trainer *t) {
-    model *m = &t->m;
+static int dp_sum_gradients(dp_state *s) {
+    const sync_ctx *c = &s->c;
+    model *m = c->m;
     size_t n = m->spec.n_params;
-    float *grads = trainer_block_wire(t, MODEL_GRADS, t->grads_wire, true);
-    if (trainer_direct(t))
-        return ddp_reduce(t->g, grads, n, DDP_F32, DDP_SUM, 0);
-    TRY(ddp_gather(t->g, grads, t->gathered_grads, n, DDP_F32, 0));
-    if (t->rank != 0)
+    float *grads = staging_block_wire(c->staging, MODEL_GRADS, c->staging->grads, true);
+    if (c->staging->direct)
+        return ddp_reduce(c->g, grads, n, DDP_F32, DDP_SUM, 0);
+    TRY(ddp_gather(c->g, grads, s->gathered_grads, n, DDP_F32, 0));
+    if (c->rank != 0)
         return 0;
-    for (int k = 1; k < t->world; k++) /* rank 0's own are on the device already */
+    for (int k = 1; k < c->world; k++) /* rank 0's own are on the device already */
         for (int i = 0; i < m->n_stages; i++) {
             const model_stage *st = &m->stages[i];
-            const float *theirs = t->gathered_grads + (size_t)k * n + st->offset;
-            st->b->ops->upload(st->b, t->dp_addend[i], theirs, st->count * sizeof(float));
-            st->b->ops->accumulate(st->b, st->grads, t->dp_addend[i], st->count);
+            const float *theirs = s->gathered_grads + (size_t)k * n + st->offset;
+            st->b->ops->upload(st->b, s->addend[i], theirs, st->count * sizeof(float));
+            st->b->ops->accumulate(st->b, st->grads, s->addend[i], st->count);
         }
     return 0;
 }
 
-int sync_dp_step(trainer *t, int B, double *ret_loss) {
-    model *m = &t->m;
-    const model_spec *s = &m->spec;
-    int C = s->sizes[s->n_layers], r;
-    size_t n = s->n_params;
-    double c0 = trainer_now();
+static int dp_step(void *state, int B, double *ret_loss) {
+    dp_state *s = state;
+    const sync_ctx *c = &s->c;
+    model *m = c->m;
+    staging *st = c->staging;
+    batch *b = c->batch;
+    const model_spec *spec = &m->spec;
+    int C = spec->sizes[spec->n_layers], r;
+    size_t n = spec->n_params;
+    double c0 = sync_now();
     /* replicate */
-    float *params = trainer_block_wire(t, MODEL_PARAMS, t->params_wire, t->rank == 0);
-    if ((r = ddp_broadcast(t->g, params, n, DDP_F32, 0)) < 0)
-        return trainer_fail(t, r, "replicating the parameters: %s", ddp_last_error(t->g));
-    if (t->rank != 0)
-        trainer_block_unwire(t, MODEL_PARAMS, params);
-    double c1 = trainer_now();
+    float *params = staging_block_wire(st, MODEL_PARAMS, st->params, c->rank == 0);
+    if ((r = ddp_broadcast(c->g, params, n, DDP_F32, 0)) < 0)
+        return sync_fail(c, r, "replicating the parameters: %s", ddp_last_error(c->g));
+    if (c->rank != 0)
+        staging_block_unwire(st, MODEL_PARAMS, params);
+    double c1 = sync_now();
     model_zero_grads(m);
     model_forward(m, B);
-    trainer_synchronize(t);
-    double c2 = trainer_now();
+    model_synchronize(m);
+    double c2 = sync_now();
     /* outputs (and targets) to rank 0 */
-    size_t out = (size_t)B * (size_t)C, gathered = (size_t)t->global_batch * (size_t)C;
-    float *logits = trainer_wire(t, t->outputs_wire, m->acts[s->n_layers], out, true);
-    float *all = trainer_wire(t, t->gathered_wire, t->gathered_logits, gathered, false);
-    r = ddp_gather(t->g, logits, all, out, DDP_F32, 0);
-    if (r == 0 && t->rank == 0)
-        trainer_unwire(t, t->gathered_logits, all, gathered);
-    if (r == 0 && s->loss == LOSS_CROSSENTROPY)
-        r = ddp_gather(t->g, t->targets_host, t->gathered_targets_host, (size_t)B, DDP_U8, 0);
-    if (r == 0 && s->loss == LOSS_MSE) {
-        all = trainer_wire(t, t->gathered_wire, t->gathered_mse_targets, gathered, false);
-        r = ddp_gather(t->g, t->mse_targets_host, all, out, DDP_F32, 0);
-        if (r == 0 && t->rank == 0)
-            trainer_unwire(t, t->gathered_mse_targets, all, gathered);
+    size_t out = (size_t)B * (size_t)C, gathered = (size_t)c->global_batch * (size_t)C;
+    float *logits = staging_wire(st, st->outputs, m->acts[spec->n_layers], out, true);
+    float *all = staging_wire(st, s->gathered_wire, s->gathered_logits, gathered, false);
+    r = ddp_gather(c->g, logits, all, out, DDP_F32, 0);
+    if (r == 0 && c->rank == 0)
+        staging_unwire(st, s->gathered_logits, all, gathered);
+    if (r == 0 && spec->loss == LOSS_CROSSENTROPY)
+        r = ddp_gather(c->g, b->targets_host, s->gathered_targets_host, (size_t)B, DDP_U8, 0);
+    if (r == 0 && spec->loss == LOSS_MSE) {
+        all = staging_wire(st, s->gathered_wire, s->gathered_mse_targets, gathered, false);
+        r = ddp_gather(c->g, b->mse_targets_host, all, out, DDP_F32, 0);
+        if (r == 0 && c->rank == 0)
+            staging_unwire(st, s->gathered_mse_targets, all, gathered);
     }
     if (r < 0)
-        return trainer_fail(t, r, "gathering outputs on rank 0: %s", ddp_last_error(t->g));
-    double c3 = trainer_now();
+        return sync_fail(c, r, "gathering outputs on rank 0: %s", ddp_last_error(c->g));
+    double c3 = sync_now();
     double loss = 0;
-    if (t->rank == 0) { /* the loss of the whole batch, on the first device */
-        int G = t->global_batch;
-        m->b->ops->upload(m->b, t->gathered_targets, t->gathered_targets_host, (size_t)G);
-        loss = trainer_loss(t, G, t->gathered_losses, t->gathered_probs, t->gathered_logits, t->gathered_targets,
-                            t->gathered_mse_targets, t->gathered_dlogits, 1.0f / (float)G);
+    if (c->rank == 0) { /* the loss of the whole batch, on the first device */
+        int G = c->global_batch;
+        m->b->ops->upload(m->b, s->gathered_targets, s->gathered_targets_host, (size_t)G);
+        loss = model_loss(m, G, s->gathered_losses, s->gathered_probs, s->gathered_logits, s->gathered_targets,
+                          s->gathered_mse_targets, s->gathered_dlogits, 1.0f / (float)G);
     }
-    double c4 = trainer_now();
-    all = trainer_wire(t, t->gathered_wire, t->gathered_dlogits, gathered, t->rank == 0);
-    float *dlogits = trainer_wire(t, t->outputs_wire, t->dlogits, out, false);
-    if ((r = ddp_scatter(t->g, all, dlogits, out, DDP_F32, 0)) < 0)
-        return trainer_fail(t, r, "scattering output gradients: %s", ddp_last_error(t->g));
-    trainer_unwire(t, t->dlogits, dlogits, out);
-    double c5 = trainer_now();
-    model_backward(m, t->dlogits, B, NULL, NULL);
-    trainer_synchronize(t);
-    double c6 = trainer_now();
+    double c4 = sync_now();
+    all = staging_wire(st, s->gathered_wire, s->gathered_dlogits, gathered, c->rank == 0);
+    float *dlogits = staging_wire(st, st->outputs, b->dlogits, out, false);
+    if ((r = ddp_scatter(c->g, all, dlogits, out, DDP_F32, 0)) < 0)
+        return sync_fail(c, r, "scattering output gradients: %s", ddp_last_error(c->g));
+    staging_unwire(st, b->dlogits, dlogits, out);
+    double c5 = sync_now();
+    model_backward(m, b->dlogits, B, NULL, NULL);
+    model_synchronize(m);
+    double c6 = sync_now();
     /* dlogits carry 1/G already: the sum over ranks is the whole batch's gradient */
-    if ((r = dp_sum_gradients(t)) < 0)
-        return trainer_fail(t, r, "summing gradients onto rank 0: %s", ddp_last_error(t->g));
-    double c7 = trainer_now();
-    if (t->rank == 0)
-        trainer_sgd_step(t);
-    trainer_synchronize(t);
-    double c8 = trainer_now();
+    if ((r = dp_sum_gradients(s)) < 0)
+        return sync_fail(c, r, "summing gradients onto rank 0: %s", ddp_last_error(c->g));
+    double c7 = sync_now();
+    if (c->rank == 0)
+        sync_sgd_step(c);
+    model_synchronize(m);
+    double c8 = sync_now();
     /* everyone reports the loss rank 0 computed */
-    if ((r = ddp_broadcast(t->g, &loss, 1, DDP_F64, 0)) < 0)
-        return trainer_fail(t, r, "broadcasting the loss: %s", ddp_last_error(t->g));
-    double c9 = trainer_now();
-    t->times.compute_s += (c2 - c1) + (c4 - c3) + (c6 - c5) + (c8 - c7);
-    t->times.comm_s += (c1 - c0) + (c3 - c2) + (c5 - c4) + (c7 - c6) + (c9 - c8);
+    if ((r = ddp_broadcast(c->g, &loss, 1, DDP_F64, 0)) < 0)
+        return sync_fail(c, r, "broadcasting the loss: %s", ddp_last_error(c->g));
+    double c9 = sync_now();
+    c->times->compute_s += (c2 - c1) + (c4 - c3) + (c6 - c5) + (c8 - c7);
+    c->times->comm_s += (c1 - c0) + (c3 - c2) + (c5 - c4) + (c7 - c6) + (c9 - c8);
     *ret_loss = loss;
     return 0;
 }
+
+const sync_mode sync_mode_dp = {
+    .name = "dp",
+    .rank0_steps = true,
+    .global_loss = true,
+    .open = dp_open,
+    .step = dp_step,
+    .close = dp_close,
+};

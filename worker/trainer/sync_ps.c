@@ -2,68 +2,103 @@
  * bucket to ddpd as soon as its layers' backward is done; ddpd averages every rank's push
  * in rank order and sends the average back; every rank then steps its own optimizer with
  * it. ddpd holds the reduction buffers; the ranks' memory stays equal. */
-#include "worker/trainer/trainer.h"
-
 #include <errno.h>
+#include <stdlib.h>
 
-int sync_ps_setup(trainer *t) {
+#include "worker/trainer/sync.h"
+
+typedef struct {
+    sync_ctx c;
+    int error; /* the first push that failed, during backward */
+} ps_state;
+
+/* ddpd checks every push against the layout the members declare. */
+static void ps_join(ddp_options *join, const bucket_plan *buckets, bool split) {
+    (void)split;
+    join->ps_buckets = buckets->count;
+    join->n_ps_buckets = (size_t)buckets->n;
+}
+
+static void ps_close(void *state) {
+    free(state);
+}
+
+static int ps_open(const sync_ctx *c, void **ret_state) {
+    ps_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return sync_fail(c, -ENOMEM, "out of memory");
+    s->c = *c;
     /* The same seed gives every rank the same parameters; broadcast anyway, as in ddp
      * mode, so that a rank that resumed differently cannot drift. */
-    size_t n = t->m.spec.n_params;
-    float *params = trainer_block_wire(t, MODEL_PARAMS, t->params_wire, t->rank == 0);
-    int r = ddp_broadcast(t->g, params, n, DDP_F32, 0);
-    if (r < 0)
-        return trainer_fail(t, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(t->g));
-    trainer_block_unwire(t, MODEL_PARAMS, params);
+    float *params = staging_block_wire(c->staging, MODEL_PARAMS, c->staging->params, c->rank == 0);
+    int r = ddp_broadcast(c->g, params, c->m->spec.n_params, DDP_F32, 0);
+    if (r < 0) {
+        ps_close(s);
+        return sync_fail(c, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(c->g));
+    }
+    staging_block_unwire(c->staging, MODEL_PARAMS, params);
+    *ret_state = s;
     return 0;
 }
 
 /* A finished bucket goes to ddpd; on a GPU it is first copied to pinned host memory
- * behind its layers' kernels, and pushed once sync_ps_step has queued all of backward. */
+ * behind its layers' kernels, and pushed once ps_step has queued all of backward. */
 static void on_layer_done(void *ctx, int layer) {
-    trainer *t = ctx;
-    for (int k = 0; k < t->n_buckets; k++)
-        if (t->bucket_first[k] == layer && !t->bucket_error) {
+    ps_state *s = ctx;
+    const sync_ctx *c = &s->c;
+    for (int k = 0; k < c->buckets->n; k++)
+        if (c->buckets->first[k] == layer && !s->error) {
             size_t off, count;
-            trainer_bucket_range(t, k, &off, &count);
-            if (trainer_direct(t))
-                t->bucket_error = ddp_ps_push(t->g, k, t->m.grads + off);
+            bucket_range(c->buckets, &c->m->spec, k, &off, &count);
+            if (c->staging->direct)
+                s->error = ddp_ps_push(c->g, k, c->m->grads + off);
             else
-                trainer_bucket_stage(t, k);
+                staging_grads_stage(c->staging, off, count, k);
         }
 }
 
-int sync_ps_step(trainer *t, int B, double *ret_loss) {
-    model *m = &t->m;
-    double t0 = trainer_now();
-    double loss = trainer_forward_local(t, B);
-    t->bucket_error = 0;
-    model_backward(m, t->dlogits, B, on_layer_done, t);
-    float *grads = trainer_block_wire(t, MODEL_GRADS, t->grads_wire, false);
-    for (int k = 0; k < t->n_buckets && !trainer_direct(t) && !t->bucket_error; k++) {
+static int ps_step(void *state, int B, double *ret_loss) {
+    ps_state *s = state;
+    const sync_ctx *c = &s->c;
+    model *m = c->m;
+    staging *st = c->staging;
+    double t0 = sync_now();
+    double loss = sync_forward_local(c, B);
+    s->error = 0;
+    model_backward(m, c->batch->dlogits, B, on_layer_done, s);
+    float *grads = staging_block_wire(st, MODEL_GRADS, st->grads, false);
+    for (int k = 0; k < c->buckets->n && !st->direct && !s->error; k++) {
         size_t off, count;
-        trainer_bucket_range(t, k, &off, &count);
-        trainer_bucket_wait_staged(t, k);
-        t->bucket_error = ddp_ps_push(t->g, k, grads + off);
+        bucket_range(c->buckets, &m->spec, k, &off, &count);
+        staging_grads_wait(st, off, k);
+        s->error = ddp_ps_push(c->g, k, grads + off);
     }
-    trainer_synchronize(t);
-    double t1 = trainer_now();
-    int r = t->bucket_error;
-    for (int k = 0; k < t->n_buckets && r == 0; k++) {
+    model_synchronize(m);
+    double t1 = sync_now();
+    int r = s->error;
+    for (int k = 0; k < c->buckets->n && r == 0; k++) {
         size_t off, count;
-        trainer_bucket_range(t, k, &off, &count);
-        r = ddp_ps_pull(t->g, k, grads + off); /* the average replaces this rank's gradients */
+        bucket_range(c->buckets, &m->spec, k, &off, &count);
+        r = ddp_ps_pull(c->g, k, grads + off); /* the average replaces this rank's gradients */
     }
-    double t2 = trainer_now();
+    double t2 = sync_now();
     if (r < 0)
-        return trainer_fail(t, r, "exchanging gradients with ddpd at step %llu: %s", (unsigned long long)t->step,
-                            ddp_last_error(t->g));
-    trainer_block_unwire(t, MODEL_GRADS, grads);
-    trainer_sgd_step(t);
-    trainer_synchronize(t);
-    double t3 = trainer_now();
-    t->times.compute_s += (t1 - t0) + (t3 - t2);
-    t->times.comm_s += t2 - t1; /* pulling the averages: ddpd's reduction and the transfer */
+        return sync_fail(c, r, "exchanging gradients with ddpd at step %llu: %s", (unsigned long long)*c->step,
+                         ddp_last_error(c->g));
+    staging_block_unwire(st, MODEL_GRADS, grads);
+    sync_sgd_step(c);
+    model_synchronize(m);
+    double t3 = sync_now();
+    c->times->compute_s += (t1 - t0) + (t3 - t2);
+    c->times->comm_s += t2 - t1; /* pulling the averages: ddpd's reduction and the transfer */
     *ret_loss = loss;
     return 0;
 }
+
+const sync_mode sync_mode_ps = {
+    .name = "ps",
+    .join = ps_join,
+    .open = ps_open,
+    .step = ps_step,
+    .close = ps_close,
+};

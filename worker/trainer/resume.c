@@ -1,0 +1,98 @@
+/* The training's state on disk: parameters, velocity and the place in training, written by
+ * rank 0 (checkpoint.c is the format) and read back by --resume. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/trainer.h"
+
+int resume_save(trainer *t) {
+    if (!t->opts->checkpoint || t->rank != 0)
+        return 0;
+    model *m = &t->m;
+    size_t bytes = m->spec.n_params * sizeof(float);
+    bool with_velocity = m->stages[0].velocity != NULL;
+    float *params = malloc(bytes), *velocity = with_velocity ? malloc(bytes) : NULL;
+    if (!params || (with_velocity && !velocity)) {
+        free(params);
+        free(velocity);
+        return trainer_fail(t, -ENOMEM, "out of memory writing the checkpoint");
+    }
+    model_download_block(m, MODEL_PARAMS, params);
+    if (velocity)
+        model_download_block(m, MODEL_VELOCITY, velocity);
+    checkpoint_info info = {.n_params = m->spec.n_params,
+                            .step = t->step,
+                            .epoch = t->epoch,
+                            .step_in_epoch = t->step_in_epoch,
+                            .seed = (uint64_t)t->opts->seed,
+                            .world_size = (uint32_t)t->world,
+                            .global_batch = (uint32_t)t->global_batch};
+    snprintf(info.model, sizeof(info.model), "%s", m->spec.name);
+    char err[512];
+    int r = checkpoint_write(t->opts->checkpoint, &info, params, velocity, err, sizeof(err));
+    free(params);
+    free(velocity);
+    return r < 0 ? trainer_fail(t, r, "%s", err) : 0;
+}
+
+int resume_load(trainer *t) {
+    model *m = &t->m;
+    const model_spec *s = &m->spec;
+    /* Rank 0 reads; everyone gets the same state, as a checkpoint may live on one host only. */
+    uint64_t state[4] = {0}; /* 0 resumed, 1 failed, 2 nothing to resume; step, epoch, position */
+    int r = 0;
+    /* Read into host memory: the tensors' own on the CPU, the staging buffers on a GPU. */
+    bool with_velocity = m->stages[0].velocity != NULL;
+    float *params = staging_block_wire(&t->staging, MODEL_PARAMS, t->staging.params, false);
+    float *velocity = with_velocity ? staging_block_wire(&t->staging, MODEL_VELOCITY, t->staging.grads, false) : NULL;
+    if (t->rank == 0) {
+        checkpoint_info expect = {.n_params = s->n_params}, info = {0};
+        snprintf(expect.model, sizeof(expect.model), "%s", s->name);
+        char err[512];
+        r = checkpoint_read(t->opts->checkpoint, &expect, &info, params, velocity, err, sizeof(err));
+        if (r == -ENOENT) { /* a service's first start: nothing to resume yet */
+            printf("ddp-worker: no checkpoint at %s yet: starting from the beginning\n", t->opts->checkpoint);
+            info = (checkpoint_info){0};
+            r = 0;
+            state[0] = 2;
+        } else if (r < 0)
+            snprintf(t->error, sizeof(t->error), "--resume: %s", err);
+        else if (info.world_size != (uint32_t)t->world && t->smp.kind == SAMPLER_PARTITION)
+            r = trainer_fail(t, -EINVAL,
+                             "--resume: %s was written by %u workers, not %d: with the partition sampler each rank's "
+                             "shard depends on it (--sampler global trains on the same batches for any number)",
+                             t->opts->checkpoint, info.world_size, t->world);
+        else if (info.global_batch != (uint32_t)t->global_batch || info.seed != (uint64_t)t->opts->seed)
+            r = trainer_fail(t, -EINVAL,
+                             "--resume: %s was written with batch size %u and seed %llu, not %d and %d: it would not "
+                             "continue the same run",
+                             t->opts->checkpoint, info.global_batch, (unsigned long long)info.seed, t->global_batch,
+                             t->opts->seed);
+        state[0] = r < 0 ? 1 : state[0];
+        state[1] = info.step;
+        state[2] = info.epoch;
+        state[3] = info.step_in_epoch;
+    }
+    int e = ddp_broadcast(t->g, state, 4, DDP_I64, 0);
+    if (e < 0)
+        return trainer_fail(t, e, "--resume: %s", ddp_last_error(t->g));
+    if (state[0] == 1) /* rank 0 could not read it: every rank stops with the reason */
+        return r < 0 ? r : trainer_fail(t, -EINVAL, "--resume: rank 0 could not read %s", t->opts->checkpoint);
+    if (state[0] == 2) /* none yet: every rank starts from its (equal) initial parameters */
+        return 0;
+    /* Only rank 0 holds a velocity where only it steps (dp). */
+    if ((e = ddp_broadcast(t->g, params, s->n_params, DDP_F32, 0)) < 0 ||
+        (velocity && !t->mode->rank0_steps && (e = ddp_broadcast(t->g, velocity, s->n_params, DDP_F32, 0)) < 0))
+        return trainer_fail(t, e, "--resume: %s", ddp_last_error(t->g));
+    staging_block_unwire(&t->staging, MODEL_PARAMS, params);
+    if (velocity)
+        staging_block_unwire(&t->staging, MODEL_VELOCITY, velocity);
+    t->step = state[1];
+    t->epoch = state[2];
+    t->step_in_epoch = state[3];
+    if (t->rank == 0)
+        printf("ddp-worker: resumed from %s at step %llu (epoch %llu)\n", t->opts->checkpoint,
+               (unsigned long long)t->step, (unsigned long long)t->epoch + 1);
+    return 0;
+}

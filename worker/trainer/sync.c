@@ -1,0 +1,44 @@
+/* The list of sync modes, and what they share. */
+#include "worker/trainer/sync.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+
+#define SYNC_MODE_ENTRY(name) &sync_mode_##name,
+
+static const sync_mode *const modes[] = {SYNC_MODES(SYNC_MODE_ENTRY)};
+const char *const sync_mode_names[] = {SYNC_MODES(SYNC_MODE_STRING) NULL};
+
+const sync_mode *sync_mode_find(const char *name) {
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+        if (!strcmp(modes[i]->name, name))
+            return modes[i];
+    return NULL;
+}
+
+int sync_fail(const sync_ctx *c, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error, c->error_size, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+double sync_forward_local(const sync_ctx *c, int B) {
+    model *m = c->m;
+    model_zero_grads(m);
+    model_forward(m, B);
+    return model_loss(m, B, m->losses, m->probs, m->acts[m->spec.n_layers], c->batch->targets, c->batch->mse_targets,
+                      c->batch->dlogits, 1.0f / (float)B);
+}
+
+void sync_sgd_step(const sync_ctx *c) {
+    model_sgd_step(c->m, c->lr, c->momentum, *c->step == 0);
+}
+
+double sync_now(void) {
+    return (double)clock_now_us() / 1e6;
+}

@@ -217,7 +217,7 @@ bool wire_name_valid(const char *s, size_t max) {
 static bool wire_text_valid(const char *s, size_t max, bool allow_empty) {
     size_t n = 0;
     for (; s[n]; n++)
-        if ((unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e || n >= max)
+        if (!wire_printable(s[n]) || n >= max)
             return false;
     return allow_empty || n > 0;
 }

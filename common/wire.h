@@ -22,10 +22,10 @@ typedef struct {
 typedef struct {
     uint8_t identity[WIRE_MAX_IDENTITY]; /* the sender, on a ROUTER socket */
     size_t identity_size;
-    Ddp__Envelope *env;                  /* NULL when the envelope could not be decoded */
+    Ddp__Envelope *env; /* NULL when the envelope could not be decoded */
     zmq_msg_t payload[DDP_MAX_PAYLOAD_FRAMES];
     size_t n_payload;
-    char error[160];                     /* what was wrong, when wire_recv failed */
+    char error[160]; /* what was wrong, when wire_recv failed */
 } wire_msg;
 
 /* Sets ZMQ_LINGER to 0 and ZMQ_MAXMSGSIZE to max_msg_bytes. */
@@ -33,8 +33,8 @@ int wire_socket_setup(void *socket, int64_t max_msg_bytes);
 
 /* Fills the header of env: version, type and the matching body case, job, rank, generation
  * and seq. The caller points the body member (env->join, ...) at its message. */
-void wire_envelope_init(Ddp__Envelope *env, Ddp__MsgType type, const char *job, int32_t rank,
-                        uint64_t generation, uint64_t seq);
+void wire_envelope_init(Ddp__Envelope *env, Ddp__MsgType type, const char *job, int32_t rank, uint64_t generation,
+                        uint64_t seq);
 
 /* Packs env into a new ZeroMQ frame. -EMSGSIZE beyond DDP_MAX_ENVELOPE_BYTES. */
 int wire_pack(const Ddp__Envelope *env, zmq_msg_t *ret_frame);
@@ -57,6 +57,12 @@ int wire_validate(const Ddp__Envelope *env, size_t n_payload, char *err, size_t 
 
 /* The message type's name, "join", ... or "unknown". */
 const char *wire_type_name(int type);
+
+/* Printable ASCII, what every text field on the wire is made of (hosts, endpoints, keys,
+ * reasons). */
+static inline bool wire_printable(char c) {
+    return (unsigned char)c >= 0x20 && (unsigned char)c <= 0x7e;
+}
 
 /* A job or mode name: 1..max bytes of [A-Za-z0-9._-]. */
 bool wire_name_valid(const char *s, size_t max);

@@ -15,24 +15,13 @@
 #define AGENT_QUIT 'Q'
 #define AGENT_LEAVE_LINGER_MS 500 /* how long a Leave may take to go out at exit */
 
-/* Records the end of the job once and wakes every data-plane wait. */
-static void agent_raise_abort(agent *a, int code, const char *text) {
-    if (atomic_load(&a->abort_code))
-        return;
-    snprintf(a->abort_text, sizeof(a->abort_text), "%s", text);
-    atomic_store(&a->abort_code, code);
-    uint64_t one = 1;
-    ssize_t w = write(a->abort_fd, &one, sizeof(one));
-    (void)w;
-}
-
 static void agent_post(agent *a, agent_event *ev) {
     if (!ev->msg.env)
-        agent_raise_abort(a, ev->failure, ev->text);
+        job_end_raise(&a->end, ev->failure, ev->text);
     else if (ev->msg.env->type == DDP__MSG_TYPE__ABORT) {
         char text[DDP_MAX_REASON + 64];
         snprintf(text, sizeof(text), "job '%s' aborted: %s", a->job, ev->msg.env->abort->reason);
-        agent_raise_abort(a, ev->msg.env->abort->code, text);
+        job_end_raise(&a->end, ev->msg.env->abort->code, text);
     }
     if (zmq_send(a->agent_pipe, &ev, sizeof(ev), ZMQ_DONTWAIT) < 0)
         agent_event_free(ev);
@@ -200,8 +189,8 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     char pipe_name[64];
     snprintf(pipe_name, sizeof(pipe_name), "inproc://ddp-agent-%lu", (unsigned long)pipe_counter++);
     *a = (agent){.zmq_ctx = zmq_ctx, .connect_timeout_ms = connect_timeout_ms};
-    a->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (a->abort_fd < 0)
+    a->end.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (a->end.fd < 0)
         return -errno;
     pthread_mutex_init(&a->progress_lock, NULL);
     a->waiting_on = -1;
@@ -243,8 +232,8 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     if (a->pipe)
         zmq_close(a->pipe);
     a->pipe = a->agent_pipe = a->control = NULL;
-    close(a->abort_fd);
-    a->abort_fd = -1;
+    close(a->end.fd);
+    a->end.fd = -1;
     pthread_mutex_destroy(&a->progress_lock);
     return r;
 }
@@ -312,8 +301,8 @@ void agent_stop(agent *a, const Ddp__Envelope *leave) {
         agent_event_free(ev);
     zmq_close(a->pipe);
     a->pipe = NULL;
-    close(a->abort_fd);
-    a->abort_fd = -1;
+    close(a->end.fd);
+    a->end.fd = -1;
     pthread_mutex_destroy(&a->progress_lock);
     a->running = false;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/wire.h"
+#include "worker/libddp/job_end.h"
 
 /* What the caller reads from the pipe: one heap-allocated event per frame (a pointer). */
 typedef struct {
@@ -29,11 +30,7 @@ typedef struct {
     int connect_timeout_ms;
     pthread_t thread;
     bool running;
-    /* The job's end, for waits on the data plane: abort_fd (an eventfd) turns readable
-     * once, after abort_code and abort_text are set. */
-    int abort_fd;
-    _Atomic int abort_code;
-    char abort_text[DDP_MAX_REASON + 64];
+    job_end end; /* raised when ddpd aborts the job or is lost: every wait watches it */
     /* Progress the heartbeats carry to ddpd (ddpctl status, its stall report). */
     pthread_mutex_t progress_lock;
     uint64_t step;

@@ -9,7 +9,7 @@
  *   p2p.c          send and recv;
  *   coll_chunks.c  the chunked sends and receives all of them are made of.
  * Each runs on the calling thread with the arguments already checked, and returns 0 or a
- * negative error recorded in the group's last error. */
+ * negative error recorded in the data plane's error (the group's last error). */
 #pragma once
 #include <stddef.h>
 
@@ -23,36 +23,31 @@ typedef struct {
     bool receiving; /* recv rather than send */
 } coll_args;
 
-/* Waits until every async request has run, so the caller may use the data plane. */
-void coll_drain(ddp_group *g);
-/* Stops the communication thread once its queue is empty. */
-void coll_shutdown(ddp_group *g);
-
 /* Messages up to this many bytes (per rank) take the one-hop algorithms. */
 #define COLL_DIRECT_MAX_BYTES (64u << 10)
 
-int coll_all_reduce_direct(ddp_group *g, const coll_args *a);
-int coll_reduce_direct(ddp_group *g, const coll_args *a);
-int coll_broadcast_direct(ddp_group *g, const coll_args *a);
+int coll_all_reduce_direct(comm *c, const coll_args *a);
+int coll_reduce_direct(comm *c, const coll_args *a);
+int coll_broadcast_direct(comm *c, const coll_args *a);
 
-int coll_all_reduce_ring(ddp_group *g, const coll_args *a);
-int coll_all_gather_ring(ddp_group *g, const coll_args *a);
-int coll_reduce_scatter_ring(ddp_group *g, const coll_args *a);
+int coll_all_reduce_ring(comm *c, const coll_args *a);
+int coll_all_gather_ring(comm *c, const coll_args *a);
+int coll_reduce_scatter_ring(comm *c, const coll_args *a);
 
-int coll_broadcast_chain(ddp_group *g, const coll_args *a);
-int coll_reduce_chain(ddp_group *g, const coll_args *a);
+int coll_broadcast_chain(comm *c, const coll_args *a);
+int coll_reduce_chain(comm *c, const coll_args *a);
 
-int coll_gather(ddp_group *g, const coll_args *a);
-int coll_scatter(ddp_group *g, const coll_args *a);
+int coll_gather(comm *c, const coll_args *a);
+int coll_scatter(comm *c, const coll_args *a);
 
-int coll_send(ddp_group *g, const coll_args *a);
-int coll_recv(ddp_group *g, const coll_args *a);
+int coll_send(comm *c, const coll_args *a);
+int coll_recv(comm *c, const coll_args *a);
 
 /* coll_chunks.c. Sends elements [offset, offset + n) of buf (already offset) to dst in chunks. */
-int coll_send_range(ddp_group *g, int dst, const comm_call *call, int32_t tag, const char *buf, uint64_t offset,
-                    uint64_t n, bool zero_copy);
+int coll_send_range(comm *c, int dst, const comm_call *call, int32_t tag, const char *buf, uint64_t offset, uint64_t n,
+                    bool zero_copy);
 /* Receives the frame that must carry elements [offset, offset + n) from src. */
-int coll_recv_chunk(ddp_group *g, int src, const comm_call *call, int32_t tag, uint64_t offset, uint64_t n,
+int coll_recv_chunk(comm *c, int src, const comm_call *call, int32_t tag, uint64_t offset, uint64_t n,
                     comm_frame **ret_frame);
 /* Receives elements [offset, offset + n) from src into buf (already offset), chunk by chunk. */
-int coll_recv_range(ddp_group *g, int src, const comm_call *call, int32_t tag, char *buf, uint64_t offset, uint64_t n);
+int coll_recv_range(comm *c, int src, const comm_call *call, int32_t tag, char *buf, uint64_t offset, uint64_t n);

@@ -7,65 +7,64 @@
 
 #include "common/error.h"
 #include "worker/libddp/coll.h"
-#include "worker/libddp/group.h"
 
 static int chain_mod(int a, int n) {
     return ((a % n) + n) % n;
 }
 
-int coll_broadcast_chain(ddp_group *g, const coll_args *a) {
+int coll_broadcast_chain(comm *c, const coll_args *a) {
     const comm_call *call = &a->call;
-    int n = g->world_size, pos = chain_mod(g->rank - call->root, n);
-    int prev = chain_mod(g->rank - 1, n), next = chain_mod(g->rank + 1, n);
+    int n = c->peers.world, pos = chain_mod(c->peers.rank - call->root, n);
+    int prev = chain_mod(c->peers.rank - 1, n), next = chain_mod(c->peers.rank + 1, n);
     char *buf = a->recv;
     size_t es = dtype_size(call->t);
-    uint64_t chunk = comm_chunk_elems(g, call->t);
+    uint64_t chunk = comm_chunk_elems(c, call->t);
     int r = 0;
     if (pos == 0)
-        r = coll_send_range(g, next, call, 0, buf, 0, call->count, true);
+        r = coll_send_range(c, next, call, 0, buf, 0, call->count, true);
     for (uint64_t off = 0; pos > 0 && r == 0 && off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         comm_frame *f;
-        if ((r = coll_recv_chunk(g, prev, call, 0, off, len, &f)) < 0)
+        if ((r = coll_recv_chunk(c, prev, call, 0, off, len, &f)) < 0)
             break;
-        r = comm_frame_copy_to(g, f, buf + off * es);
-        comm_frame_free(f);
+        r = comm_frame_copy_to(c, f, buf + off * es);
+        comm_frame_free(c, f);
         if (r == 0 && pos < n - 1)
-            r = comm_send(g, next, call, 0, off, buf + off * es, len, true);
+            r = comm_send(c, next, call, 0, off, buf + off * es, len, true);
     }
-    return comm_finish(g, r, call->deadline_ms);
+    return comm_finish(c, r, call->deadline_ms);
 }
 
-int coll_reduce_chain(ddp_group *g, const coll_args *a) {
+int coll_reduce_chain(comm *c, const coll_args *a) {
     const comm_call *call = &a->call;
-    int n = g->world_size, pos = chain_mod(g->rank - call->root - 1, n); /* the root is last */
-    int prev = chain_mod(g->rank - 1, n), next = chain_mod(g->rank + 1, n);
+    int n = c->peers.world, pos = chain_mod(c->peers.rank - call->root - 1, n); /* the root is last */
+    int prev = chain_mod(c->peers.rank - 1, n), next = chain_mod(c->peers.rank + 1, n);
     char *buf = a->recv;
     size_t es = dtype_size(call->t);
-    uint64_t chunk = comm_chunk_elems(g, call->t);
+    uint64_t chunk = comm_chunk_elems(c, call->t);
     if (pos == 0) /* the first link sends its own data as it is */
-        return comm_finish(g, coll_send_range(g, next, call, 0, buf, 0, call->count, true), call->deadline_ms);
+        return comm_finish(c, coll_send_range(c, next, call, 0, buf, 0, call->count, true), call->deadline_ms);
 
     /* Middle links must leave their buffer as it was: partial sums go to a buffer of their own. */
     bool root = pos == n - 1;
     char *partial = root ? buf : malloc(call->count * es);
     if (!partial)
-        return group_fail(g, -ENOMEM, "out of memory for a reduce of %zu bytes", (size_t)(call->count * es));
+        return comm_fail(c, -ENOMEM, "out of memory for a reduce of %zu bytes", (size_t)(call->count * es));
     int r = 0;
     for (uint64_t off = 0; r == 0 && off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         comm_frame *f;
-        if ((r = coll_recv_chunk(g, prev, call, 0, off, len, &f)) < 0)
+        if ((r = coll_recv_chunk(c, prev, call, 0, off, len, &f)) < 0)
             break;
-        r = comm_frame_reduce_pair(g, f, partial + off * es, buf + off * es, call->op);
-        comm_frame_free(f);
+        r = comm_frame_reduce_pair(c, f, partial + off * es, buf + off * es, call->op);
+        comm_frame_free(c, f);
         if (r == 0 && root)
             reduce_finish(partial + off * es, len, call->t, call->op, n);
         else if (r == 0)
-            r = comm_send(g, next, call, 0, off, partial + off * es, len, true);
+            r = comm_send(c, next, call, 0, off, partial + off * es, len, true);
     }
-    r = comm_finish(g, r, call->deadline_ms);
-    if (!root && !comm_buffers_exposed(g)) /* else a peer may still read it: better leaked than reused */
+    r = comm_finish(c, r, call->deadline_ms);
+    if (!root && !comm_buffers_exposed(c)) /* else a peer may still read it: better leaked than reused */
         free(partial);
     return r;
 }

@@ -23,26 +23,26 @@ struct ddp_request {
 
 /* ---- running one call ------------------------------------------------------------- */
 
-static int coll_dispatch(ddp_group *g, const coll_args *a) {
+static int coll_dispatch(comm *c, const coll_args *a) {
     size_t bytes = a->call.count * dtype_size(a->call.t);
-    bool small = bytes <= COLL_DIRECT_MAX_BYTES || g->world_size == 2;
+    bool small = bytes <= COLL_DIRECT_MAX_BYTES || c->peers.world == 2;
     switch (a->call.kind) {
     case COLL_ALL_REDUCE:
-        return bytes <= COLL_DIRECT_MAX_BYTES ? coll_all_reduce_direct(g, a) : coll_all_reduce_ring(g, a);
+        return bytes <= COLL_DIRECT_MAX_BYTES ? coll_all_reduce_direct(c, a) : coll_all_reduce_ring(c, a);
     case COLL_BROADCAST:
-        return small ? coll_broadcast_direct(g, a) : coll_broadcast_chain(g, a);
+        return small ? coll_broadcast_direct(c, a) : coll_broadcast_chain(c, a);
     case COLL_REDUCE:
-        return bytes <= COLL_DIRECT_MAX_BYTES ? coll_reduce_direct(g, a) : coll_reduce_chain(g, a);
+        return bytes <= COLL_DIRECT_MAX_BYTES ? coll_reduce_direct(c, a) : coll_reduce_chain(c, a);
     case COLL_GATHER:
-        return coll_gather(g, a);
+        return coll_gather(c, a);
     case COLL_SCATTER:
-        return coll_scatter(g, a);
+        return coll_scatter(c, a);
     case COLL_ALL_GATHER:
-        return coll_all_gather_ring(g, a);
+        return coll_all_gather_ring(c, a);
     case COLL_REDUCE_SCATTER:
-        return coll_reduce_scatter_ring(g, a);
+        return coll_reduce_scatter_ring(c, a);
     case COLL_SEND:
-        return a->receiving ? coll_recv(g, a) : coll_send(g, a);
+        return a->receiving ? coll_recv(c, a) : coll_send(c, a);
     }
     return -EINVAL;
 }
@@ -53,7 +53,7 @@ static int coll_execute(ddp_group *g, coll_args *a) {
     if (g->failed)
         return g->failed;
     a->call.deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms;
-    int r = coll_dispatch(g, a);
+    int r = coll_dispatch(&g->comm, a);
     if (r < 0) /* a mismatched recv too: the rest of that message is still queued, out of step */
         g->failed = r;
     return r;
@@ -284,8 +284,8 @@ DDP_EXPORT int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats) {
     /* Counted by whichever thread runs the data plane; read between calls. */
     ddp_group *mut = (ddp_group *)g;
     coll_drain(mut);
-    *ret_stats =
-        (ddp_stats){g->comm.bytes_sent, g->comm.bytes_received, g->comm.messages_sent, g->comm.messages_received};
+    const comm_stats *c = &g->comm.stats;
+    *ret_stats = (ddp_stats){c->bytes_sent, c->bytes_received, c->messages_sent, c->messages_received};
     return 0;
 }
 
@@ -294,8 +294,8 @@ DDP_EXPORT int ddp_get_peer_stats(const ddp_group *g, int peer, unsigned long lo
     if (!g || peer < 0 || peer > g->world_size || !ret_sent || !ret_received)
         return -EINVAL;
     coll_drain((ddp_group *)g);
-    *ret_sent = g->comm.sent_to[peer];
-    *ret_received = g->comm.received_from[peer];
+    *ret_sent = g->comm.stats.sent_to[peer];
+    *ret_received = g->comm.stats.received_from[peer];
     return 0;
 }
 

@@ -1,31 +1,23 @@
-/* The data plane: tagged messages between ranks over ZeroMQ.
+/* The data plane: tagged frames between the ranks of one job, over a transport.
  *
- * Each rank binds one PULL socket (advertised at join) and connects a PUSH socket to each
- * peer it sends to, lazily. A message is [header][payload]; the header names the sender,
- * the call (collective sequence number, or 0 for point-to-point), a tag (the step of an
- * algorithm, or the user's tag) and what the caller passed (kind, dtype, op, count), so a
- * rank that called something else is caught instead of mixing data. Messages that arrive
- * before anyone asks for them wait in a matching queue. Every wait also watches the
- * group's abort eventfd and a deadline.
+ * A frame carries a header that names the sender, the call (collective sequence number, or
+ * 0 for point-to-point), a tag (the step of an algorithm, or the user's tag) and what the
+ * caller passed (kind, dtype, op, count), so a rank that called something else is caught
+ * instead of mixing data. Frames that arrive before anyone asks for them wait. Every wait
+ * also watches the job's end and a deadline, and tells ddpd's stall report whom it waits
+ * for.
  *
- * When every rank is on this host and the kernel lets them (checked once at init), a
- * large zero-copy send within a collective carries no payload: the frame names the
- * buffer's address and the receiver copies straight out of the sender's memory with
- * process_vm_readv (cross-memory attach, as MPI libraries do on one node), then
- * acknowledges so that the sender's comm_finish() knows the buffer is free. That skips
- * two kernel socket copies of every large chunk. */
+ * The data plane knows of the group only a view of the peers, the job's end and where to
+ * write its errors. How frames travel is the transport's: a table of functions (as NCCL's
+ * transports, Gloo's pairs) over the data plane's state. comm_zmq.c is the ZeroMQ one. */
 #pragma once
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <zmq.h>
 
 #include "common/dtype.h"
 #include "common/reduce.h"
-
-typedef struct ddp_group ddp_group;
+#include "worker/libddp/job_end.h"
 
 /* What a call is, on the wire and in error messages. */
 typedef enum {
@@ -51,49 +43,24 @@ typedef struct {
     uint8_t kind; /* coll_kind */
     uint8_t dtype;
     uint8_t op;
-    uint8_t flags; /* COMM_FLAG_* */
+    uint8_t flags; /* the transport's */
     uint8_t reserved[2];
     int32_t src;  /* sender's rank */
-    int32_t tag;  /* algorithm step, or the user's tag */
+    int32_t tag;  /* algorithm step, or the user's tag; negative: the data plane's own */
     int32_t root; /* root or peer the caller named */
     uint64_t generation;
     uint64_t seq;    /* collective number; 0 for point-to-point */
     uint64_t count;  /* the caller's count */
     uint64_t offset; /* first element of this frame within its stream */
     uint64_t n;      /* elements in this frame */
-    uint64_t addr;   /* COMM_FLAG_REMOTE: where the elements are in the sender's memory */
+    uint64_t addr;   /* the transport's */
 } comm_header;
 
-#define COMM_FLAG_REMOTE 1 /* no payload: read n elements at addr from the sender */
-#define COMM_FLAG_ACK 2    /* the receiver has read a COMM_FLAG_REMOTE frame */
-
-typedef struct comm_frame {
-    comm_header h;
-    zmq_msg_t payload;
-    const void *data; /* the payload, aligned for its dtype; NULL until read for a remote frame */
-    void *aligned_copy;
-    struct comm_frame *next;
-} comm_frame;
-
+/* A received frame; the transport's own state follows it. */
 typedef struct {
-    void *pull;         /* bound at init */
-    void **push;        /* per peer, connected on first use */
-    comm_frame **queue; /* per source: frames nobody has asked for yet, in arrival order */
-    size_t queued_bytes;
-    _Atomic long inflight; /* zero-copy sends ZeroMQ still holds */
-    pthread_mutex_t inflight_lock;
-    pthread_cond_t inflight_done;
-    uint64_t dropped; /* malformed or stale frames */
-    char dropped_why[160];
-    unsigned long long bytes_sent, bytes_received, messages_sent, messages_received;
-    unsigned long long *sent_to, *received_from; /* (world + 1) per peer; [world]: ddpd (ps mode) */
-    bool remote_reads;                           /* every peer's memory can be read with process_vm_readv */
-    void *scratch;                               /* where remote frames land when they are to be reduced, not kept */
-    size_t scratch_size;
-    long remote_pending; /* COMM_FLAG_REMOTE frames sent and not yet acknowledged */
-    bool exposed;        /* a failed call left buffers a peer or ZeroMQ may still read */
-    bool locks_ready;
-} comm;
+    comm_header h;
+    const void *data; /* the elements, aligned for their dtype, once read */
+} comm_frame;
 
 /* What a wait expects of a frame; the rest of the header must match the caller's call. */
 typedef struct {
@@ -106,44 +73,128 @@ typedef struct {
     uint64_t deadline_ms;
 } comm_call;
 
-/* Options of every data socket, set before bind or connect: message limit, no high-water
- * mark, large kernel buffers. */
-int comm_socket_setup(void *socket);
+/* The peers, as the job's Welcome named them. */
+typedef struct {
+    int rank, world;
+    uint64_t generation;
+    char **endpoints;     /* every rank's data endpoint, in rank order */
+    const uint32_t *pids; /* every rank's pid */
+    bool one_host;        /* every rank runs on this host */
+} comm_peers;
 
-int comm_init(ddp_group *g);
-/* Finds out, with every rank, whether remote reads work between neighbours; a collective
- * of the whole group, run once by ddp_init. */
-int comm_probe_remote_reads(ddp_group *g);
-void comm_close(ddp_group *g);
+/* What this rank moved: payload bytes and messages, in all and per peer. */
+typedef struct {
+    unsigned long long bytes_sent, bytes_received, messages_sent, messages_received;
+    unsigned long long *sent_to, *received_from; /* (world + 1) per peer; [world]: ddpd (ps mode) */
+} comm_stats;
 
-/* Sends n elements at data to dst. With zero_copy the buffer goes to ZeroMQ as it is and
- * must stay untouched until comm_flush(); otherwise it is copied. */
-int comm_send(ddp_group *g, int dst, const comm_call *call, int32_t tag, uint64_t offset, const void *data, uint64_t n,
-              bool zero_copy);
-/* Waits for the next frame from src with the call's seq and this tag; checks it against
- * the call. The caller closes it with comm_frame_free(). */
-int comm_recv(ddp_group *g, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame);
-/* A frame's elements: copied to dst, or as a pointer valid until the next call on the
- * group. For a remote frame this is when the sender's memory is read and acknowledged. */
-int comm_frame_copy_to(ddp_group *g, comm_frame *f, void *dst);
-int comm_frame_data(ddp_group *g, comm_frame *f, const void **ret_data);
-/* dst = the frame's elements op own (reduce_pair, in the frame's dtype); for a remote
- * frame, read and reduced in cache-sized pieces. */
-int comm_frame_reduce_pair(ddp_group *g, comm_frame *f, void *dst, const void *own, reduce_op op);
+typedef struct comm comm;
+
+typedef struct {
+    const char *name;
+    /* Before the job forms: listens where peers will find this rank (endpoint as given,
+     * possibly with a wildcard); ret_endpoint is what to advertise. */
+    int (*listen)(comm *c, const char *endpoint, char *ret_endpoint, size_t size);
+    /* Once c->peers is set: what must happen before the first frame. Every rank calls it
+     * at once: it may exchange frames. */
+    int (*start)(comm *c);
+    /* Lets what is queued reach its peer, unless the job failed; frees everything. */
+    void (*close)(comm *c, bool job_failed);
+    /* Sends n elements at data to dst. With zero_copy the buffer is taken as it is and must
+     * stay untouched until finish(); otherwise it is copied. */
+    int (*send)(comm *c, int dst, const comm_call *call, int32_t tag, uint64_t offset, const void *data, uint64_t n,
+                bool zero_copy);
+    /* The next frame from src with the call's seq and this tag, checked against the call. */
+    int (*recv)(comm *c, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame);
+    /* A frame's elements copied to dst; or as a pointer valid until the next call. */
+    int (*frame_copy_to)(comm *c, comm_frame *f, void *dst);
+    int (*frame_data)(comm *c, comm_frame *f, const void **ret_data);
+    /* dst = the frame's elements op own (reduce_pair, in the frame's dtype). */
+    int (*frame_reduce_pair)(comm *c, comm_frame *f, void *dst, const void *own, reduce_op op);
+    void (*frame_free)(comm_frame *f);
+    /* Ends a call that may have sent zero-copy buffers: when it succeeded (result 0), waits
+     * until every peer has them; when it failed, drops every queued send. Returns the
+     * call's result, or the wait's. */
+    int (*finish)(comm *c, int result, uint64_t deadline_ms);
+    /* After finish() failed: whether the call's own buffers must be left allocated. */
+    bool (*buffers_exposed)(const comm *c);
+    /* Bytes per frame of a large transfer: the same on every rank. */
+    uint64_t (*chunk_bytes)(const comm *c);
+} comm_transport;
+
+struct comm {
+    const comm_transport *transport;
+    void *impl; /* the transport's state */
+    comm_peers peers;
+    int timeout_ms;     /* each call's limit, for messages */
+    const job_end *end; /* the job's end: every wait gives up with it */
+    /* The stall report: called with the rank a wait blocks on (and what it is in), then
+     * with -1 when it no longer does. */
+    void (*waiting)(void *ctx, int peer, const char *what);
+    void *waiting_ctx;
+    char *error; /* the last failure, in words (the group's last error) */
+    size_t error_size;
+    comm_stats stats;
+};
+
+/* The data plane over ZeroMQ (comm_zmq.c), with a ZeroMQ context of its own. */
+int comm_zmq_open(comm *c);
+
+/* Before the job forms: listens where the peers will find this rank (endpoint as given,
+ * possibly with a wildcard); ret_endpoint is what to advertise at join. */
+static inline int comm_listen(comm *c, const char *endpoint, char *ret_endpoint, size_t size) {
+    return c->transport->listen(c, endpoint, ret_endpoint, size);
+}
+/* Once the Welcome named the peers: allocates what is per peer and starts the transport.
+ * The peers view is the caller's and must outlive the data plane. */
+int comm_start(comm *c, const comm_peers *peers);
+void comm_close(comm *c, bool job_failed);
+
+/* The transport's functions, on the data plane. */
+static inline int comm_send(comm *c, int dst, const comm_call *call, int32_t tag, uint64_t offset, const void *data,
+                            uint64_t n, bool zero_copy) {
+    return c->transport->send(c, dst, call, tag, offset, data, n, zero_copy);
+}
+static inline int comm_recv(comm *c, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame) {
+    return c->transport->recv(c, src, call, tag, ret_frame);
+}
+static inline int comm_frame_copy_to(comm *c, comm_frame *f, void *dst) {
+    return c->transport->frame_copy_to(c, f, dst);
+}
+static inline int comm_frame_data(comm *c, comm_frame *f, const void **ret_data) {
+    return c->transport->frame_data(c, f, ret_data);
+}
+static inline int comm_frame_reduce_pair(comm *c, comm_frame *f, void *dst, const void *own, reduce_op op) {
+    return c->transport->frame_reduce_pair(c, f, dst, own, op);
+}
+static inline void comm_frame_free(comm *c, comm_frame *f) {
+    if (f)
+        c->transport->frame_free(f);
+}
+static inline int comm_finish(comm *c, int result, uint64_t deadline_ms) {
+    return c->transport->finish(c, result, deadline_ms);
+}
+static inline bool comm_buffers_exposed(const comm *c) {
+    return c->transport->buffers_exposed(c);
+}
+/* Elements per frame for a dtype. */
+static inline uint64_t comm_chunk_elems(const comm *c, dtype t) {
+    return c->transport->chunk_bytes(c) / dtype_size(t);
+}
+
+/* For transports and algorithms: records the failure in c->error; returns err. */
+int comm_fail(comm *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The job's end, if it has come, recorded as the failure; else 0. */
+int comm_check_end(comm *c);
+/* A frame whose header does not match the call it was received for: the error that says
+ * who called what. */
+int comm_mismatch(comm *c, const comm_frame *f, const comm_call *call);
 /* Checks that a received frame carries exactly [offset, offset + n). */
-int comm_expect_range(ddp_group *g, const comm_frame *f, const comm_call *call, uint64_t offset, uint64_t n);
-void comm_frame_free(comm_frame *f);
-/* Ends a call that may have sent zero-copy buffers: when it succeeded (result 0), waits
- * until ZeroMQ has let go of them all; when it failed, drops every queued send so that no
- * buffer is read after the call returns. Returns the call's result, or the flush's. */
-int comm_finish(ddp_group *g, int result, uint64_t deadline_ms);
-/* After comm_finish() failed: whether the call's own buffers must be left allocated. */
-bool comm_buffers_exposed(const ddp_group *g);
-/* Once ZeroMQ's threads are gone (after zmq_ctx_term): its callbacks take these locks. */
-void comm_destroy_locks(ddp_group *g);
-
-/* Elements per frame for a dtype: frames stay well under the socket's message limit and
- * small enough for reduction to overlap transfer; larger when they are read from the
- * peer's memory, where a frame costs a message and an acknowledgement but no socket
- * buffer. Every rank agrees on it: remote reads are on for all or none. */
-uint64_t comm_chunk_elems(const ddp_group *g, dtype t);
+int comm_expect_range(comm *c, const comm_frame *f, const comm_call *call, uint64_t offset, uint64_t n);
+/* A wait blocks on src for the call (tag for point-to-point), or no longer (src -1). */
+void comm_report_waiting(comm *c, int src, const comm_call *call, int32_t tag);
+/* The timeout of a wait on src, with what was dropped meanwhile (extra, may be ""). */
+int comm_timed_out(comm *c, int src, const comm_call *call, int32_t tag, const char *extra);
+/* Counts a frame sent to, or received from, peer. */
+void comm_count_sent(comm *c, int peer, uint64_t bytes);
+void comm_count_received(comm *c, int peer, uint64_t bytes);

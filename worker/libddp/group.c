@@ -1,10 +1,8 @@
-#define _GNU_SOURCE /* process_vm_readv */
 /* The process group: joining through ddpd, ranks, barrier, errors. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -12,8 +10,6 @@
 #include "common/error.h"
 #include "worker/libddp/coll.h"
 #include "worker/libddp/group.h"
-
-#define GROUP_PROBE_TAG (-1) /* negative tags are the library's own */
 
 static _Thread_local char init_error[DDP_MAX_REASON + 256];
 
@@ -148,70 +144,10 @@ int group_fail(ddp_group *g, int err, const char *fmt, ...) {
     return err;
 }
 
-void group_envelope(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType type) {
-    wire_envelope_init(env, type, g->job, g->rank, g->generation, ++g->next_seq);
-}
-
-int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int timeout_ms, const char *timeout_text,
-                  agent_event **ret_event) {
-    if (g->failed)
-        return g->failed;
-    int r = agent_send(&g->agent, env);
-    if (r < 0)
-        return group_fail(g, r, "could not hand a %s request to the control thread: %s", wire_type_name(env->type),
-                          error_string(r));
-    uint64_t deadline = clock_now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        agent_event *ev = NULL;
-        r = agent_next(&g->agent, clock_ms_until(deadline), &ev);
-        if (r == -EINTR)
-            continue;
-        if (r == -ETIMEDOUT)
-            return group_fail(g, r, "%s", timeout_text);
-        if (r < 0)
-            return group_fail(g, r, "waiting for ddpd's answer to %s: %s", wire_type_name(env->type), error_string(r));
-        const Ddp__Envelope *reply = ev->msg.env;
-        if (!reply) { /* the agent lost the coordinator */
-            g->failed = group_fail(g, ev->failure, "%s", ev->text);
-            agent_event_free(ev);
-            return g->failed;
-        }
-        if (reply->type == DDP__MSG_TYPE__ABORT) {
-            g->failed = group_fail(g, reply->abort->code, "job '%s' aborted: %s", g->job, reply->abort->reason);
-            agent_event_free(ev);
-            return g->failed;
-        }
-        if (reply->type == DDP__MSG_TYPE__GRAD_AVG && reply->grad_avg->bucket < g->n_ps_buckets &&
-            !g->ps_early[reply->grad_avg->bucket]) {
-            g->ps_early[reply->grad_avg->bucket] = ev; /* ps mode: for the next ddp_ps_pull */
-            continue;
-        }
-        if (reply->seq != env->seq) { /* a late answer to an earlier request */
-            agent_event_free(ev);
-            continue;
-        }
-        if (reply->type == reply_type) {
-            *ret_event = ev;
-            return 0;
-        }
-        if (reply->type == DDP__MSG_TYPE__ERROR || reply->type == DDP__MSG_TYPE__REJECT) {
-            const char *text = reply->type == DDP__MSG_TYPE__ERROR ? reply->error->message : reply->reject->reason;
-            r = group_fail(g, reply->type == DDP__MSG_TYPE__ERROR ? reply->error->code : reply->reject->code, "%s",
-                           text);
-            agent_event_free(ev);
-            return r;
-        }
-        r = group_fail(g, -EPROTO, "ddpd answered a %s request with %s", wire_type_name(env->type),
-                       wire_type_name(reply->type));
-        agent_event_free(ev);
-        return r;
-    }
-}
-
 /* ---- the group -------------------------------------------------------------------- */
 
 static void group_free(ddp_group *g) {
-    comm_close(g);
+    comm_close(&g->comm, g->failed != 0);
     pthread_mutex_destroy(&g->queue_lock);
     pthread_cond_destroy(&g->queue_changed);
     if (g->endpoints)
@@ -225,32 +161,18 @@ static void group_free(ddp_group *g) {
     free(g->ps_buckets);
     free(g->ps_push_step);
     free(g->ps_pull_step);
-    if (g->data)
-        zmq_close(g->data);
     if (g->zmq_ctx)
         zmq_ctx_term(g->zmq_ctx);
-    comm_destroy_locks(g);
     free(g);
 }
 
-static int group_bind_data(ddp_group *g, const char *endpoint) {
-    g->data = zmq_socket(g->zmq_ctx, ZMQ_PULL);
-    if (!g->data)
-        return -errno;
-    TRY(comm_socket_setup(g->data));
-    if (zmq_bind(g->data, endpoint) < 0) {
-        int r = -errno;
-        snprintf(init_error, sizeof(init_error), "Failed to bind the data endpoint '%s': %s", endpoint,
-                 zmq_strerror(-r));
-        return r;
-    }
-    size_t len = sizeof(g->data_endpoint);
-    if (zmq_getsockopt(g->data, ZMQ_LAST_ENDPOINT, g->data_endpoint, &len) < 0)
-        return -errno;
-    return 0;
+/* The data plane's stall report goes to ddpd with the control thread's heartbeats. */
+static void group_waiting(void *ctx, int peer, const char *what) {
+    agent_set_waiting(ctx, peer, what);
 }
 
-static int group_join(ddp_group *g, const group_settings *s) {
+/* Joins the job and waits for it to form; *ret_peers is the data plane's view of the others. */
+static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_peers) {
     char host[DDP_MAX_HOST + 1] = "localhost";
     gethostname(host, sizeof(host) - 1);
     Ddp__Join body = DDP__JOIN__INIT;
@@ -286,46 +208,24 @@ static int group_join(ddp_group *g, const group_settings *s) {
     g->generation = w->generation;
     g->endpoints = calloc(w->world_size, sizeof(char *));
     g->pids = calloc(w->world_size, sizeof(uint32_t));
-    g->one_host = true;
+    bool one_host = true;
     for (size_t i = 0; g->endpoints && g->pids && i < w->n_endpoints; i++) {
         if (!(g->endpoints[i] = strdup(w->endpoints[i])))
             r = -ENOMEM;
         g->pids[i] = w->pids[i];
-        g->one_host = g->one_host && strcmp(w->hosts[i], w->hosts[w->rank]) == 0;
+        one_host = one_host && strcmp(w->hosts[i], w->hosts[w->rank]) == 0;
     }
+    *ret_peers = (comm_peers){.rank = g->rank,
+                              .world = g->world_size,
+                              .generation = g->generation,
+                              .endpoints = g->endpoints,
+                              .pids = g->pids,
+                              .one_host = one_host};
     agent_event_free(ev);
     if (!g->endpoints || !g->pids || r < 0) {
         snprintf(init_error, sizeof(init_error), "out of memory");
         return -ENOMEM;
     }
-    return 0;
-}
-
-/* Whether this rank may read its left neighbour's memory (process_vm_readv needs the same
- * user and no ptrace restriction); every rank must agree before any rank relies on it. */
-static int group_probe_remote_reads(ddp_group *g) {
-    static const uint64_t magic = 0x216b6f2064706464ull; /* "ddpd ok!" */
-    int left = (g->rank + g->world_size - 1) % g->world_size, right = (g->rank + 1) % g->world_size;
-    comm_call call = {.kind = COLL_SEND,
-                      .t = DTYPE_I64,
-                      .count = 1,
-                      .root = right,
-                      .deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms};
-    uint64_t addr = (uint64_t)(uintptr_t)&magic, remote_addr = 0, value = 0;
-    TRY(comm_send(g, right, &call, GROUP_PROBE_TAG, 0, &addr, 1, false));
-    comm_frame *f;
-    call.root = left;
-    TRY(comm_recv(g, left, &call, GROUP_PROBE_TAG, &f));
-    memcpy(&remote_addr, f->data, sizeof(remote_addr));
-    comm_frame_free(f);
-    struct iovec local = {&value, sizeof(value)}, remote = {(void *)(uintptr_t)remote_addr, sizeof(value)};
-    int32_t ok =
-        process_vm_readv((pid_t)g->pids[left], &local, 1, &remote, 1, 0) == (ssize_t)sizeof(value) && value == magic;
-    const char *wanted = getenv("DDP_REMOTE_READS"); /* "0": sockets only, for comparison or doubt */
-    if (wanted && strcmp(wanted, "0") == 0)
-        ok = 0;
-    TRY(ddp_all_reduce(g, &ok, 1, DDP_I32, DDP_MIN));
-    g->comm.remote_reads = ok;
     return 0;
 }
 
@@ -367,23 +267,26 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         snprintf(init_error, sizeof(init_error), "cannot create a ZeroMQ context: %s", zmq_strerror(-r));
         goto fail;
     }
-    /* Two I/O threads: ZeroMQ puts the data plane's receiving and sending sockets on
-     * different ones, so a ring step's outgoing chunk does not wait behind an incoming one. */
-    zmq_ctx_set(g->zmq_ctx, ZMQ_IO_THREADS, 2);
-    if ((r = group_bind_data(g, s.data_endpoint)) < 0)
+    g->comm = (comm){.timeout_ms = s.timeout_ms,
+                     .end = &g->agent.end,
+                     .waiting = group_waiting,
+                     .waiting_ctx = &g->agent,
+                     .error = g->last_error,
+                     .error_size = sizeof(g->last_error)};
+    if ((r = comm_zmq_open(&g->comm)) < 0 ||
+        (r = comm_listen(&g->comm, s.data_endpoint, g->data_endpoint, sizeof(g->data_endpoint))) < 0) {
+        snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         goto fail;
+    }
     if ((r = agent_start(&g->agent, g->zmq_ctx, s.coordinator, s.job, s.connect_timeout_ms)) < 0) {
         snprintf(init_error, sizeof(init_error), "cannot connect to the coordinator '%s': %s", s.coordinator,
                  r == -EINVAL ? "not a valid ZeroMQ endpoint" : error_string(r));
         goto fail;
     }
-    if ((r = group_join(g, &s)) < 0)
+    comm_peers peers;
+    if ((r = group_join(g, &s, &peers)) < 0)
         goto fail;
-    if ((r = comm_init(g)) < 0) {
-        snprintf(init_error, sizeof(init_error), "out of memory");
-        goto fail;
-    }
-    if (g->one_host && g->world_size > 1 && (r = group_probe_remote_reads(g)) < 0) {
+    if ((r = comm_start(&g->comm, &peers)) < 0) {
         snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         goto fail;
     }
@@ -403,7 +306,7 @@ DDP_EXPORT int ddp_abort(ddp_group *g, const char *reason) {
     char text[DDP_MAX_REASON];
     snprintf(text, sizeof(text), "%s", reason && *reason ? reason : "no reason given");
     for (char *c = text; *c; c++) /* the wire takes printable ASCII */
-        if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+        if (!wire_printable(*c))
             *c = ' ';
     char host[DDP_MAX_HOST + 1] = "localhost";
     gethostname(host, sizeof(host) - 1);
@@ -434,10 +337,10 @@ DDP_EXPORT void ddp_finalize(ddp_group *g) {
 DDP_EXPORT int ddp_job_status(ddp_group *g) {
     if (!g)
         return -EINVAL;
-    int code = atomic_load(&g->agent.abort_code);
+    int code = job_end_code(&g->agent.end);
     if (!code)
         return 0;
-    return group_fail(g, code, "%s", g->agent.abort_text);
+    return group_fail(g, code, "%s", g->agent.end.text);
 }
 
 DDP_EXPORT int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s) {

@@ -20,14 +20,12 @@ struct ddp_group {
     uint64_t generation;
     uint64_t next_seq; /* of control requests */
     uint64_t barrier_round;
-    char **endpoints; /* every rank's data endpoint, in rank order */
-    uint32_t *pids;   /* every rank's pid */
-    bool one_host;    /* every rank runs on this host */
-    void *zmq_ctx;
-    void *data; /* this rank's data socket, bound at init */
-    char data_endpoint[DDP_MAX_ENDPOINT + 1];
+    char **endpoints;                         /* every rank's data endpoint, in rank order */
+    uint32_t *pids;                           /* every rank's pid */
+    void *zmq_ctx;                            /* the control thread's */
+    char data_endpoint[DDP_MAX_ENDPOINT + 1]; /* where the data plane listens, as advertised at join */
     agent agent;
-    comm comm;
+    comm comm;          /* the data plane, over a view of the peers above */
     uint64_t coll_seq;  /* collectives issued so far, every rank in the same order */
     _Atomic int failed; /* the first fatal error (an Abort, a lost coordinator), or 0; the
                            communication thread may set it while the caller reads it */
@@ -52,6 +50,16 @@ struct ddp_group {
 /* Records err and its description as the group's last error; returns err. */
 int group_fail(ddp_group *g, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* control.c: the messages to and from ddpd. */
+/* Fills the header of a request from this group: type, job, rank, generation, next seq. */
+void group_envelope(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType type);
+/* Waits until deadline_ms for the next message from ddpd that match(ev, ctx) takes; the
+ * caller frees it. On the way, the job's end (an Abort, a lost coordinator) fails the
+ * group with its reason, a ps average that is not taken waits for its pull, and anything
+ * else (a late answer) is dropped. -ETIMEDOUT when the time runs out, for the caller to
+ * word. The one loop over ddpd's messages: requests and ps pulls both wait in it. */
+int group_next_event(ddp_group *g, uint64_t deadline_ms, bool (*match)(const agent_event *ev, void *ctx), void *ctx,
+                     agent_event **ret_event);
 /* Sends a control request and waits up to timeout_ms for the reply with its sequence
  * number (of type reply_type, or an Error). Every failure is recorded in last_error: an
  * Abort, a lost coordinator, ddpd's error, or timeout_text when the time runs out
@@ -59,5 +67,8 @@ int group_fail(ddp_group *g, int err, const char *fmt, ...) __attribute__((forma
 int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int timeout_ms, const char *timeout_text,
                   agent_event **ret_event);
 
-/* Fills the header of a request from this group: type, job, rank, generation, next seq. */
-void group_envelope(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType type);
+/* collectives.c: the communication thread that runs async requests. */
+/* Waits until every async request has run, so the caller may use the data plane. */
+void coll_drain(ddp_group *g);
+/* Stops the communication thread once its queue is empty. */
+void coll_shutdown(ddp_group *g);

@@ -37,14 +37,15 @@ DDP_EXPORT int ddp_ps_push(ddp_group *g, int bucket, const float *grads) {
     if (r < 0)
         return group_fail(g, r, "ps_push: could not hand bucket %d to the control thread: %s", bucket, error_string(r));
     g->ps_push_step[bucket]++;
-    g->comm.bytes_sent += g->ps_buckets[bucket] * sizeof(float);
-    g->comm.sent_to[g->world_size] += g->ps_buckets[bucket] * sizeof(float);
+    comm_count_sent(&g->comm, g->world_size, g->ps_buckets[bucket] * sizeof(float)); /* to ddpd */
     return 0;
 }
 
-/* Takes an average out of an event; false when the event is not one. */
-static bool ps_is_average(const agent_event *ev) {
-    return ev->msg.env && ev->msg.env->type == DDP__MSG_TYPE__GRAD_AVG && ev->msg.n_payload == 1;
+/* What a pull waits for: bucket's average, or ddpd's refusal of a push (an Error). */
+static bool is_pulled(const agent_event *ev, void *ctx) {
+    const Ddp__Envelope *e = ev->msg.env;
+    return (e->type == DDP__MSG_TYPE__GRAD_AVG && ev->msg.n_payload == 1 && e->grad_avg->bucket == *(uint32_t *)ctx) ||
+           e->type == DDP__MSG_TYPE__ERROR;
 }
 
 DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
@@ -54,37 +55,21 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
     if (step >= g->ps_push_step[bucket])
         return group_fail(g, -EINVAL, "ps_pull: bucket %d was not pushed for step %llu", bucket,
                           (unsigned long long)step);
-    uint64_t deadline = clock_now_ms() + (uint64_t)g->timeout_ms;
     agent_event *ev = g->ps_early[bucket];
     g->ps_early[bucket] = NULL;
-    while (!ev) {
-        int r = agent_next(&g->agent, clock_ms_until(deadline), &ev);
-        if (r == -EINTR)
-            continue;
+    if (!ev) {
+        uint32_t wanted = (uint32_t)bucket;
+        int r = group_next_event(g, clock_now_ms() + (uint64_t)g->timeout_ms, is_pulled, &wanted, &ev);
         if (r == -ETIMEDOUT)
             return g->failed = group_fail(g, r, "ps_pull: no average of bucket %d (step %llu) from ddpd within %d ms",
                                           bucket, (unsigned long long)step, g->timeout_ms);
         if (r < 0)
-            return group_fail(g, r, "ps_pull: %s", error_string(r));
-        const Ddp__Envelope *e = ev->msg.env;
-        if (!e) { /* the control thread lost ddpd */
-            g->failed = group_fail(g, ev->failure, "%s", ev->text);
-        } else if (e->type == DDP__MSG_TYPE__ABORT) {
-            g->failed = group_fail(g, e->abort->code, "job '%s' aborted: %s", g->job, e->abort->reason);
-        } else if (e->type == DDP__MSG_TYPE__ERROR) { /* ddpd refused a push */
-            g->failed = group_fail(g, e->error->code, "%s", e->error->message);
-        } else if (ps_is_average(ev) && e->grad_avg->bucket < g->n_ps_buckets &&
-                   e->grad_avg->bucket != (uint32_t)bucket && !g->ps_early[e->grad_avg->bucket]) {
-            g->ps_early[e->grad_avg->bucket] = ev; /* another bucket's, pulled later */
-            ev = NULL;
-            continue;
-        } else if (ps_is_average(ev) && e->grad_avg->bucket == (uint32_t)bucket) {
-            break;
-        }
-        agent_event_free(ev); /* a late reply to something else */
-        ev = NULL;
-        if (g->failed)
+            return r;
+        if (ev->msg.env->type == DDP__MSG_TYPE__ERROR) { /* ddpd refused a push */
+            g->failed = group_fail(g, ev->msg.env->error->code, "%s", ev->msg.env->error->message);
+            agent_event_free(ev);
             return g->failed;
+        }
     }
     const Ddp__GradAvg *avg = ev->msg.env->grad_avg;
     int r = 0;
@@ -95,8 +80,7 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
     else {
         memcpy(ret_average, zmq_msg_data(&ev->msg.payload[0]), bytes);
         g->ps_pull_step[bucket]++;
-        g->comm.bytes_received += bytes;
-        g->comm.received_from[g->world_size] += bytes;
+        comm_count_received(&g->comm, g->world_size, bytes); /* from ddpd */
     }
     agent_event_free(ev);
     return r;

@@ -16,7 +16,7 @@ static int store_check_key(ddp_group *g, const char *key, const char *what) {
     if (n == 0 || n > DDP_MAX_STORE_KEY)
         return group_fail(g, -EINVAL, "%s: a key is 1 to %d bytes of text", what, DDP_MAX_STORE_KEY);
     for (size_t i = 0; i < n; i++)
-        if ((unsigned char)key[i] < 0x20 || (unsigned char)key[i] > 0x7e)
+        if (!wire_printable(key[i]))
             return group_fail(g, -EINVAL, "%s: the key has a byte that is not printable ASCII at %zu", what, i);
     return 0;
 }

@@ -1,0 +1,31 @@
+/* The end of a job, as the control thread learns it (an Abort from ddpd, or ddpd lost):
+ * raised once, read by every wait that must give up with it, on any thread. */
+#pragma once
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "common/limits.h"
+
+typedef struct {
+    int fd;                         /* an eventfd, readable once code and text are set: for poll() */
+    _Atomic int code;               /* the negative code that ended the job; 0 while it runs */
+    char text[DDP_MAX_REASON + 64]; /* why, naming the rank */
+} job_end;
+
+/* The code that ended the job, or 0. */
+static inline int job_end_code(const job_end *e) {
+    return atomic_load(&((job_end *)e)->code);
+}
+
+/* Records the end once (later calls change nothing) and wakes every poll on fd. */
+static inline void job_end_raise(job_end *e, int code, const char *text) {
+    if (atomic_load(&e->code))
+        return;
+    snprintf(e->text, sizeof(e->text), "%s", text);
+    atomic_store(&e->code, code);
+    uint64_t one = 1;
+    ssize_t w = write(e->fd, &one, sizeof(one));
+    (void)w;
+}

@@ -23,23 +23,12 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "worker/tools/line_stream.h"
+#include "worker/tools/rank_env.h"
 
 extern char **environ;
 
-#define STREAM_LINE_BYTES 8192     /* a longer line is passed on in pieces of this size */
-#define SAFETY_TICK_MS 1000        /* re-check the children even if a wakeup went missing */
-#define DRAIN_MAX_BYTES (1u << 20) /* what an exited child left in its pipe, at most */
-
-/* One pipe from a child, cut into lines that go out prefixed, one write(2) each, so that
- * lines of different ranks never interleave. */
-typedef struct {
-    int fd;          /* read end, non-blocking; -1 once closed */
-    int dest;        /* STDOUT_FILENO or STDERR_FILENO */
-    bool quiet_info; /* ddpd's info and debug lines are dropped (not --verbose) */
-    char prefix[24]; /* "[rank 3] " */
-    size_t len;
-    char buf[STREAM_LINE_BYTES];
-} line_stream;
+#define SAFETY_TICK_MS 1000 /* re-check the children even if a wakeup went missing */
 
 typedef struct {
     char label[24]; /* "rank 3", "the private ddpd" */
@@ -150,125 +139,6 @@ static const char *signal_name(int sig) {
     }
 }
 
-/* ---- output ---- */
-
-/* Writes all of buf; output that nobody reads any more (EPIPE) is dropped. */
-static void write_all(int fd, const char *buf, size_t n) {
-    uint64_t deadline = clock_now_ms() + SAFETY_TICK_MS * 10;
-    while (n > 0) {
-        ssize_t w = write(fd, buf, n);
-        if (w > 0) {
-            buf += w;
-            n -= (size_t)w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && errno == EAGAIN && clock_now_ms() < deadline) {
-            /* An inherited non-blocking terminal or pipe: wait for room, not forever. */
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            poll(&pfd, 1, clock_ms_until(deadline));
-        } else {
-            return;
-        }
-    }
-}
-
-static void stream_init(line_stream *s, int fd, int dest, const char *prefix, bool quiet_info) {
-    s->fd = fd;
-    s->dest = dest;
-    s->quiet_info = quiet_info;
-    s->len = 0;
-    snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
-}
-
-/* ddpd's "ddpd 0.1.0 listening on tcp://127.0.0.1:41234 (heartbeat ...)" gives the port. */
-static void launcher_check_listening(launcher *l, const line_stream *s, const char *line, size_t n) {
-    if (!l->have_ddpd || s != &l->ddpd.streams[0] || l->endpoint[0])
-        return;
-    char copy[STREAM_LINE_BYTES + 1];
-    memcpy(copy, line, n);
-    copy[n] = '\0';
-    const char *at = strstr(copy, "listening on ");
-    if (!at)
-        return;
-    at += strlen("listening on ");
-    size_t len = strcspn(at, " \t");
-    if (len == 0 || len > DDP_MAX_ENDPOINT)
-        return;
-    memcpy(l->endpoint, at, len);
-    l->endpoint[len] = '\0';
-}
-
-static bool starts_with(const char *s, size_t n, const char *prefix) {
-    size_t plen = strlen(prefix);
-    return n >= plen && memcmp(s, prefix, plen) == 0;
-}
-
-static void stream_line(launcher *l, line_stream *s, const char *line, size_t n) {
-    launcher_check_listening(l, s, line, n);
-    if (s->quiet_info && (starts_with(line, n, "ddpd: info: ") || starts_with(line, n, "ddpd: debug: ")))
-        return;
-    char out[sizeof(s->prefix) + STREAM_LINE_BYTES + 1];
-    size_t plen = strlen(s->prefix);
-    memcpy(out, s->prefix, plen);
-    memcpy(out + plen, line, n);
-    out[plen + n] = '\n';
-    write_all(s->dest, out, plen + n + 1);
-}
-
-/* Passes on every complete line in the buffer; a full buffer counts as one line. */
-static void stream_split(launcher *l, line_stream *s) {
-    size_t start = 0;
-    for (size_t i = 0; i < s->len; i++)
-        if (s->buf[i] == '\n') {
-            stream_line(l, s, s->buf + start, i - start);
-            start = i + 1;
-        }
-    if (start == 0 && s->len == sizeof(s->buf)) {
-        stream_line(l, s, s->buf, s->len);
-        start = s->len;
-    }
-    memmove(s->buf, s->buf + start, s->len - start);
-    s->len -= start;
-}
-
-/* Flushes what is left as a last line and closes the pipe. */
-static void stream_close(launcher *l, line_stream *s) {
-    if (s->fd < 0)
-        return;
-    if (s->len > 0)
-        stream_line(l, s, s->buf, s->len);
-    s->len = 0;
-    close(s->fd);
-    s->fd = -1;
-}
-
-/* Reads what is there now. Returns the bytes read, 0 at end of output (and closes the
- * stream), -EAGAIN when nothing is waiting. */
-static ssize_t stream_read(launcher *l, line_stream *s) {
-    if (s->fd < 0)
-        return 0;
-    ssize_t n = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return -EAGAIN;
-    if (n <= 0) {
-        stream_close(l, s);
-        return 0;
-    }
-    s->len += (size_t)n;
-    stream_split(l, s);
-    return n;
-}
-
-/* After its writer exited: what it wrote is in the pipe, take it all, then close. Bounded,
- * since something the child started may still hold the pipe and keep writing. */
-static void stream_drain(launcher *l, line_stream *s) {
-    size_t total = 0;
-    ssize_t n;
-    while (total < DRAIN_MAX_BYTES && (n = stream_read(l, s)) > 0)
-        total += (size_t)n;
-    stream_close(l, s);
-}
-
 /* ---- children ---- */
 
 static int code_from_status(int status) {
@@ -347,7 +217,7 @@ static int child_spawn(launcher *l, child *c, const char *label, const char *pat
         char msg[PATH_MAX + 128];
         int n = snprintf(msg, sizeof(msg), "ddp-run: cannot run '%s': %s\n", argv[0], strerror(errno));
         if (n > 0)
-            write_all(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+            line_write_all(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
         _exit(127);
     }
     setpgid(pid, pid); /* also here, so the group exists before we ever signal it */
@@ -359,8 +229,8 @@ static int child_spawn(launcher *l, child *c, const char *label, const char *pat
     for (int i = 0; i < n_pipes; i++) {
         close(pipes[i][1]);
         fcntl(pipes[i][0], F_SETFL, fcntl(pipes[i][0], F_GETFL) | O_NONBLOCK);
-        stream_init(&c->streams[i], pipes[i][0], i == 0 && split_stderr ? STDOUT_FILENO : STDERR_FILENO, prefix,
-                    quiet_info);
+        line_stream_init(&c->streams[i], pipes[i][0], i == 0 && split_stderr ? STDOUT_FILENO : STDERR_FILENO, prefix,
+                         quiet_info);
     }
     return 0;
 }
@@ -392,7 +262,7 @@ static void launcher_kill_ranks(launcher *l) {
 
 static void launcher_rank_exited(launcher *l, child *c, int status) {
     for (int i = 0; i < c->n_streams; i++)
-        stream_drain(l, &c->streams[i]);
+        line_stream_drain(&c->streams[i]);
     c->running = false;
     c->code = code_from_status(status);
     l->n_running--;
@@ -409,7 +279,7 @@ static void launcher_rank_exited(launcher *l, child *c, int status) {
 
 static void launcher_ddpd_exited(launcher *l, int status) {
     child *c = &l->ddpd;
-    stream_drain(l, &c->streams[0]);
+    line_stream_drain(&c->streams[0]);
     c->running = false;
     c->code = code_from_status(status);
     char how[64];
@@ -491,7 +361,7 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
     if (ready > 0) {
         for (size_t i = 1; i < n; i++)
             if (pfds[i].revents)
-                stream_read(l, owners[i]);
+                line_stream_read(owners[i]);
         if (pfds[0].revents) {
             bool seen[N_HANDLED];
             signals_take(seen);
@@ -518,97 +388,13 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
             log_error("%s (pid %d) did not die %d ms after SIGKILL; leaving it", c->label, (int)c->pid,
                       LAUNCHER_REAP_TIMEOUT_MS);
             for (int k = 0; k < c->n_streams; k++)
-                stream_close(l, &c->streams[k]);
+                line_stream_close(&c->streams[k]);
             c->running = false;
             l->n_running--;
         }
 }
 
-/* ---- environment ---- */
-
-static bool env_is(const char *kv, const char *key) {
-    size_t n = strlen(key);
-    return strncmp(kv, key, n) == 0 && kv[n] == '=';
-}
-
-/* "tcp://10.0.0.1:29500" -> "10.0.0.1" and "29500"; "tcp://[::1]:29500" -> "::1". False
- * for anything else (ipc://, a port that is not a number). */
-static bool endpoint_split(const char *ep, char *host, size_t host_size, char *port, size_t port_size) {
-    if (strncmp(ep, "tcp://", 6) != 0)
-        return false;
-    ep += 6;
-    const char *colon = strrchr(ep, ':');
-    size_t plen = colon ? strlen(colon + 1) : 0;
-    if (!colon || colon == ep || plen == 0 || plen > 5 || plen >= port_size || strspn(colon + 1, "0123456789") != plen)
-        return false;
-    const char *h = ep;
-    size_t hlen = (size_t)(colon - ep);
-    if (h[0] == '[' && h[hlen - 1] == ']') {
-        h++;
-        hlen -= 2;
-    }
-    if (hlen == 0 || hlen >= host_size)
-        return false;
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    memcpy(port, colon + 1, plen + 1);
-    return true;
-}
-
-/* The environment a rank starts with, less what we set. The last two slots are left for
- * RANK and LOCAL_RANK, filled per rank. */
-typedef struct {
-    char **envp;
-    size_t n_fixed;
-    char world[32], local_world[32], coordinator[DDP_MAX_ENDPOINT + 32], master_addr[DDP_MAX_ENDPOINT + 32],
-        master_port[32], job[DDP_MAX_JOB_NAME + 16], rank[32], local_rank[32], data_endpoint[192];
-} rank_env;
-
-static int rank_env_build(rank_env *e, const launcher *l) {
-    static const char *const ours[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",      "LOCAL_WORLD_SIZE",
-                                       "MASTER_ADDR", "MASTER_PORT", "DDP_COORDINATOR", "JOURNAL_STREAM"};
-    size_t n_environ = 0;
-    while (environ[n_environ])
-        n_environ++;
-    e->envp = calloc(n_environ + 16, sizeof(char *));
-    if (!e->envp)
-        return -ENOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < n_environ; i++) {
-        bool drop = l->opts->job && env_is(environ[i], "DDP_JOB");
-        for (size_t d = 0; d < sizeof(ours) / sizeof(ours[0]) && !drop; d++)
-            drop = env_is(environ[i], ours[d]);
-        if (!drop)
-            e->envp[k++] = environ[i];
-    }
-    snprintf(e->world, sizeof(e->world), "WORLD_SIZE=%d", l->opts->nproc);
-    snprintf(e->local_world, sizeof(e->local_world), "LOCAL_WORLD_SIZE=%d", l->opts->nproc);
-    snprintf(e->coordinator, sizeof(e->coordinator), "DDP_COORDINATOR=%s", l->endpoint);
-    e->envp[k++] = e->world;
-    e->envp[k++] = e->local_world;
-    e->envp[k++] = e->coordinator;
-    /* libddp reads DDP_COORDINATOR first; the torchrun pair is for everything else. */
-    char host[DDP_MAX_ENDPOINT + 1], port[16];
-    if (endpoint_split(l->endpoint, host, sizeof(host), port, sizeof(port))) {
-        snprintf(e->master_addr, sizeof(e->master_addr), "MASTER_ADDR=%s", host);
-        snprintf(e->master_port, sizeof(e->master_port), "MASTER_PORT=%s", port);
-        e->envp[k++] = e->master_addr;
-        e->envp[k++] = e->master_port;
-    }
-    if (l->opts->job) {
-        snprintf(e->job, sizeof(e->job), "DDP_JOB=%s", l->opts->job);
-        e->envp[k++] = e->job;
-    }
-    e->n_fixed = k;
-    e->envp[k] = e->rank;
-    e->envp[k + 1] = e->local_rank;
-    /* Every rank is on this host: their data planes meet over Unix sockets, which carry
-     * large tensors faster than loopback TCP (as NCCL prefers shared memory on one node).
-     * A DDP_DATA_ENDPOINT the user set wins. */
-    e->envp[k + 2] = l->socket_dir[0] ? e->data_endpoint : NULL;
-    e->envp[k + 3] = NULL;
-    return 0;
-}
+/* ---- the ranks' sockets ---- */
 
 /* A private directory for the ranks' sockets. Not the ipc wildcard of libzmq: that makes
  * its directory in the working directory when TMPDIR is unset, and a killed rank leaves
@@ -643,6 +429,25 @@ static void socket_dir_remove(launcher *l) {
 
 /* ---- the private ddpd ---- */
 
+/* ddpd's "ddpd 0.1.0 listening on tcp://127.0.0.1:41234 (heartbeat ...)" gives the port. */
+static void launcher_check_listening(void *ctx, const char *line, size_t n) {
+    launcher *l = ctx;
+    if (l->endpoint[0])
+        return;
+    char copy[LINE_STREAM_BYTES + 1];
+    memcpy(copy, line, n);
+    copy[n] = '\0';
+    const char *at = strstr(copy, "listening on ");
+    if (!at)
+        return;
+    at += strlen("listening on ");
+    size_t len = strcspn(at, " \t");
+    if (len == 0 || len > DDP_MAX_ENDPOINT)
+        return;
+    memcpy(l->endpoint, at, len);
+    l->endpoint[len] = '\0';
+}
+
 static int launcher_start_ddpd(launcher *l) {
     char path[PATH_MAX];
     if (l->opts->ddpd_path)
@@ -671,7 +476,7 @@ static int launcher_start_ddpd(launcher *l) {
     if (!envp)
         return -ENOMEM;
     for (size_t i = 0, k = 0; i < n_environ; i++)
-        if (!env_is(environ[i], "JOURNAL_STREAM"))
+        if (!env_entry_is(environ[i], "JOURNAL_STREAM"))
             envp[k++] = environ[i];
     int r = child_spawn(l, &l->ddpd, "the private ddpd", path, argv, envp, false, "[ddpd] ", !l->opts->verbose);
     free(envp);
@@ -680,6 +485,8 @@ static int launcher_start_ddpd(launcher *l) {
         return r;
     }
     l->have_ddpd = true;
+    l->ddpd.streams[0].watch = launcher_check_listening;
+    l->ddpd.streams[0].watch_ctx = l;
 
     uint64_t deadline = clock_now_ms() + LAUNCHER_DDPD_START_TIMEOUT_MS;
     while (!l->endpoint[0] && l->ddpd.running && !l->cause_set && clock_now_ms() < deadline)
@@ -718,83 +525,10 @@ static void launcher_stop_ddpd(launcher *l) {
                 launcher_pump(l, deadline);
         }
     }
-    stream_close(l, &l->ddpd.streams[0]);
+    line_stream_close(&l->ddpd.streams[0]);
 }
 
 /* ---- the public part ---- */
-
-int launcher_self_dir(char *buf, size_t size) {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n < 0)
-        return -errno;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (!slash)
-        return -ENOENT;
-    *slash = '\0';
-    if ((size_t)snprintf(buf, size, "%s", slash == exe ? "/" : exe) >= size)
-        return -ENAMETOOLONG;
-    return 0;
-}
-
-/* 0 when path is a regular file we may execute, else a negative errno. */
-static int runnable(const char *path) {
-    struct stat st;
-    if (stat(path, &st) < 0)
-        return -errno;
-    if (S_ISDIR(st.st_mode))
-        return -EISDIR;
-    if (access(path, X_OK) < 0)
-        return -errno;
-    return 0;
-}
-
-int launcher_resolve_program(const char *name, char *path, size_t size, char *err, size_t err_size) {
-    int r;
-    if (strchr(name, '/')) {
-        if ((r = runnable(name)) < 0) {
-            snprintf(err, err_size, "cannot run '%s': %s", name, strerror(-r));
-            return r;
-        }
-        if ((size_t)snprintf(path, size, "%s", name) >= size)
-            return -ENAMETOOLONG;
-        return 0;
-    }
-    if (!name[0]) {
-        snprintf(err, err_size, "cannot run '': an empty program name");
-        return -ENOENT;
-    }
-    /* PATH as execvp reads it; an empty entry is the current directory. */
-    const char *search = getenv("PATH");
-    if (!search)
-        search = "/bin:/usr/bin";
-    int found_but = 0; /* why the last match on PATH could not run */
-    for (const char *p = search;; p++) {
-        const char *end = strchrnul(p, ':');
-        int dlen = (int)(end - p);
-        if ((size_t)snprintf(path, size, "%.*s%s%s", dlen, p, dlen ? "/" : "", name) < size) {
-            r = runnable(path);
-            if (r == 0)
-                return 0;
-            if (r != -ENOENT && r != -ENOTDIR)
-                found_but = r;
-        }
-        if (!*end)
-            break;
-        p = end;
-    }
-    char dir[PATH_MAX] = "";
-    if (launcher_self_dir(dir, sizeof(dir)) == 0 && (size_t)snprintf(path, size, "%s/%s", dir, name) < size &&
-        runnable(path) == 0)
-        return 0;
-    if (found_but) {
-        snprintf(err, err_size, "cannot run '%s': %s", name, strerror(-found_but));
-        return found_but;
-    }
-    snprintf(err, err_size, "cannot run '%s': not found on PATH%s%s", name, dir[0] ? " nor in " : "", dir);
-    return -ENOENT;
-}
 
 int launcher_run(const launcher_options *opts, int *exit_code) {
     launcher l = {.opts = opts, .devnull = -1};
@@ -834,15 +568,13 @@ int launcher_run(const launcher_options *opts, int *exit_code) {
 
     if (!getenv("DDP_DATA_ENDPOINT") && (r = socket_dir_create(&l)) < 0)
         goto out;
-    if ((r = rank_env_build(&env, &l)) < 0) {
+    if ((r = rank_env_build(&env, opts->nproc, opts->job, l.endpoint, l.socket_dir[0] ? l.socket_dir : NULL)) < 0) {
         log_error("cannot set up the ranks' environment: %s", strerror(-r));
         goto out;
     }
     for (int i = 0; i < opts->nproc; i++) {
         char label[24], prefix[24];
-        snprintf(env.rank, sizeof(env.rank), "RANK=%d", i);
-        snprintf(env.local_rank, sizeof(env.local_rank), "LOCAL_RANK=%d", i);
-        snprintf(env.data_endpoint, sizeof(env.data_endpoint), "DDP_DATA_ENDPOINT=ipc://%s/rank-%d", l.socket_dir, i);
+        rank_env_set_rank(&env, i);
         snprintf(label, sizeof(label), "rank %d", i);
         snprintf(prefix, sizeof(prefix), "[rank %d] ", i);
         r = child_spawn(&l, &l.ranks[i], label, opts->program, opts->argv, env.envp, true, prefix, false);
@@ -866,10 +598,10 @@ out:
     if (l.ranks)
         for (int i = 0; i < l.n_started; i++)
             for (int k = 0; k < l.ranks[i].n_streams; k++)
-                stream_close(&l, &l.ranks[i].streams[k]);
+                line_stream_close(&l.ranks[i].streams[k]);
     if (l.devnull >= 0)
         close(l.devnull);
-    free(env.envp);
+    rank_env_free(&env);
     free(l.ranks);
     free(l.pfds);
     free(l.owners);

@@ -1,0 +1,104 @@
+#include "worker/tools/line_stream.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+
+#define WRITE_PATIENCE_MS 10000    /* for room in a full, non-blocking destination */
+#define DRAIN_MAX_BYTES (1u << 20) /* what an exited child left in its pipe, at most */
+
+void line_write_all(int fd, const char *buf, size_t n) {
+    uint64_t deadline = clock_now_ms() + WRITE_PATIENCE_MS;
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w > 0) {
+            buf += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && errno == EAGAIN && clock_now_ms() < deadline) {
+            /* An inherited non-blocking terminal or pipe: wait for room, not forever. */
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            poll(&pfd, 1, clock_ms_until(deadline));
+        } else {
+            return;
+        }
+    }
+}
+
+void line_stream_init(line_stream *s, int fd, int dest, const char *prefix, bool quiet_info) {
+    *s = (line_stream){.fd = fd, .dest = dest, .quiet_info = quiet_info};
+    snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
+}
+
+static bool starts_with(const char *s, size_t n, const char *prefix) {
+    size_t plen = strlen(prefix);
+    return n >= plen && memcmp(s, prefix, plen) == 0;
+}
+
+static void stream_line(line_stream *s, const char *line, size_t n) {
+    if (s->watch)
+        s->watch(s->watch_ctx, line, n);
+    if (s->quiet_info && (starts_with(line, n, "ddpd: info: ") || starts_with(line, n, "ddpd: debug: ")))
+        return;
+    char out[sizeof(s->prefix) + LINE_STREAM_BYTES + 1];
+    size_t plen = strlen(s->prefix);
+    memcpy(out, s->prefix, plen);
+    memcpy(out + plen, line, n);
+    out[plen + n] = '\n';
+    line_write_all(s->dest, out, plen + n + 1);
+}
+
+/* Passes on every complete line in the buffer; a full buffer counts as one line. */
+static void stream_split(line_stream *s) {
+    size_t start = 0;
+    for (size_t i = 0; i < s->len; i++)
+        if (s->buf[i] == '\n') {
+            stream_line(s, s->buf + start, i - start);
+            start = i + 1;
+        }
+    if (start == 0 && s->len == sizeof(s->buf)) {
+        stream_line(s, s->buf, s->len);
+        start = s->len;
+    }
+    memmove(s->buf, s->buf + start, s->len - start);
+    s->len -= start;
+}
+
+void line_stream_close(line_stream *s) {
+    if (s->fd < 0)
+        return;
+    if (s->len > 0)
+        stream_line(s, s->buf, s->len);
+    s->len = 0;
+    close(s->fd);
+    s->fd = -1;
+}
+
+ssize_t line_stream_read(line_stream *s) {
+    if (s->fd < 0)
+        return 0;
+    ssize_t n = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return -EAGAIN;
+    if (n <= 0) {
+        line_stream_close(s);
+        return 0;
+    }
+    s->len += (size_t)n;
+    stream_split(s);
+    return n;
+}
+
+void line_stream_drain(line_stream *s) {
+    size_t total = 0;
+    ssize_t n;
+    while (total < DRAIN_MAX_BYTES && (n = line_stream_read(s)) > 0)
+        total += (size_t)n;
+    line_stream_close(s);
+}

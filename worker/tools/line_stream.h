@@ -1,0 +1,32 @@
+/* A child's output for the launcher: one pipe, cut into lines that go out prefixed ("[rank
+ * 3] ..."), one write(2) each, so that lines of different ranks never interleave. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define LINE_STREAM_BYTES 8192 /* a longer line is passed on in pieces of this size */
+
+typedef struct {
+    int fd;          /* read end, non-blocking; -1 once closed */
+    int dest;        /* STDOUT_FILENO or STDERR_FILENO */
+    bool quiet_info; /* ddpd's info and debug lines are dropped (not --verbose) */
+    char prefix[24]; /* "[rank 3] " */
+    /* Sees every line before it goes out (NULL: none): the launcher reads ddpd's port so. */
+    void (*watch)(void *ctx, const char *line, size_t n);
+    void *watch_ctx;
+    size_t len;
+    char buf[LINE_STREAM_BYTES];
+} line_stream;
+
+void line_stream_init(line_stream *s, int fd, int dest, const char *prefix, bool quiet_info);
+/* Reads what is there now and passes on the complete lines. Returns the bytes read, 0 at
+ * end of output (and closes the stream), -EAGAIN when nothing is waiting. */
+ssize_t line_stream_read(line_stream *s);
+/* After its writer exited: takes what is left in the pipe (a bounded amount: something
+ * the child started may still hold the pipe and keep writing), then closes it. */
+void line_stream_drain(line_stream *s);
+/* Passes on what is left as a last line and closes the pipe. */
+void line_stream_close(line_stream *s);
+/* Writes all of buf to fd, waiting a while for room; output nobody reads (EPIPE) is dropped. */
+void line_write_all(int fd, const char *buf, size_t n);

@@ -225,6 +225,21 @@ START_TEST(test_store) {
 }
 END_TEST
 
+/* ddp_timeout_ms: DDP_TIMEOUT_MS when set, else the 60 s default, as every wait uses it. */
+START_TEST(test_timeout_getter) {
+    const char *env[] = {"DDP_TIMEOUT_MS=4321", NULL};
+    const char *args[] = {"-n", "2", "--", "member", "--barriers", "1", NULL};
+    proc p;
+    run_expecting(&p, args, env, 0);
+    assert_output_has(&p, "[rank 0] joined rank 0 world 2 pid ");
+    assert_output_has(&p, " timeout 4321 ms");
+    proc_close(&p);
+    run_expecting(&p, args, NULL, 0);
+    assert_output_has(&p, " timeout 60000 ms");
+    proc_close(&p);
+}
+END_TEST
+
 /* ddp_job_status: 0 while the job runs, then the code that ended it, with the reason. */
 START_TEST(test_job_status) {
     const char *args[] = {"-n", "3", "--", "member", "--barriers", "1", "--status", "1", NULL};
@@ -359,6 +374,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_environment);
     tcase_add_test(tc, test_socket_directory_removed);
     tcase_add_test(tc, test_store);
+    tcase_add_test(tc, test_timeout_getter);
     tcase_add_test(tc, test_job_status);
     tcase_add_test(tc, test_output_prefixed);
     tcase_add_test(tc, test_private_ddpd_verbose);

@@ -2,7 +2,7 @@
  * environment (RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT or DDP_COORDINATOR, DDP_JOB),
  * runs barriers and says what happened, one line per event:
  *   member [--barriers N] [--hang-at K] [--store 1]
- *   -> "joined rank R world W generation G pid P endpoint E"
+ *   -> "joined rank R world W pid P timeout T ms"
  *   -> "barrier K ok" ... or "barrier K failed: CODE (TEXT): LAST_ERROR"
  * --hang-at K waits forever before barrier K (a member the test will kill).
  * --store 1: rank 0 sets "greeting" after a while, every rank gets it ("store got 'V' (N
@@ -36,7 +36,8 @@ int main(int argc, char **argv) {
         printf("init failed: %d (%s): %s\n", r, ddp_strerror(r), ddp_last_error(NULL));
         return 2;
     }
-    printf("joined rank %d world %d pid %d\n", ddp_rank(g), ddp_world_size(g), (int)getpid());
+    printf("joined rank %d world %d pid %d timeout %d ms\n", ddp_rank(g), ddp_world_size(g), (int)getpid(),
+           ddp_timeout_ms(g));
     for (int k = 0; k < barriers; k++) {
         if (k == hang_at)
             for (;;)

@@ -27,6 +27,10 @@ typedef struct {
     int timeout_ms, join_timeout_ms, connect_timeout_ms;
 } group_settings;
 
+DDP_EXPORT int ddp_get_version(void) {
+    return DDP_VERSION_CODE;
+}
+
 DDP_EXPORT void ddp_options_init(ddp_options *opts) {
     *opts = (ddp_options)DDP_OPTIONS_INIT;
 }
@@ -62,6 +66,13 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
     ddp_options none = DDP_OPTIONS_INIT;
     if (!o)
         o = &none;
+    if (o->size != sizeof(ddp_options)) {
+        snprintf(init_error, sizeof(init_error),
+                 "ddp_options.size is %zu where this libddp knows %zu: start from DDP_OPTIONS_INIT, and run with a "
+                 "libddp as new as the ddp.h you built with",
+                 o->size, sizeof(ddp_options));
+        return -EINVAL;
+    }
     *s = (group_settings){.rank = -1, .local_rank = 0};
 
     if (o->coordinator || getenv("DDP_COORDINATOR"))

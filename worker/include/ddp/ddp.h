@@ -16,6 +16,14 @@
 extern "C" {
 #endif
 
+/* The version of this header (the build takes the project's version from here). A program
+ * may compare DDP_VERSION_CODE with ddp_get_version(), the library's it runs with. */
+#define DDP_VERSION_MAJOR 0
+#define DDP_VERSION_MINOR 1
+#define DDP_VERSION_PATCH 0
+#define DDP_VERSION_CODE (DDP_VERSION_MAJOR * 10000 + DDP_VERSION_MINOR * 100 + DDP_VERSION_PATCH)
+int ddp_get_version(void);
+
 typedef struct ddp_group ddp_group;
 typedef struct ddp_request ddp_request;
 
@@ -26,6 +34,10 @@ typedef enum { DDP_SUM, DDP_PROD, DDP_MIN, DDP_MAX, DDP_AVG } ddp_op;
 /* Start from DDP_OPTIONS_INIT (or ddp_options_init()): a field left unset is taken from
  * the environment, as torchrun sets it, then from the default. */
 typedef struct ddp_options {
+    size_t size;               /* sizeof(ddp_options) where the caller was compiled, as
+                                  DDP_OPTIONS_INIT sets it: a later libddp with more fields
+                                  knows which of them the caller has; an earlier one refuses
+                                  a size it does not know (-EINVAL) rather than ignore them */
     const char *coordinator;   /* ddpd's endpoint; unset: $DDP_COORDINATOR, else
                                   tcp://$MASTER_ADDR:$MASTER_PORT, else tcp://127.0.0.1:29500 */
     const char *job;           /* job name; unset: $DDP_JOB, else "default" */
@@ -42,7 +54,7 @@ typedef struct ddp_options {
     size_t n_ps_buckets;
 } ddp_options;
 
-#define DDP_OPTIONS_INIT {.rank = -1, .local_rank = -1}
+#define DDP_OPTIONS_INIT {.size = sizeof(ddp_options), .rank = -1, .local_rank = -1}
 void ddp_options_init(ddp_options *opts);
 
 /* Joins the job and waits until it forms. opts may be NULL: everything from the

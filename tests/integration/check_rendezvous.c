@@ -463,6 +463,7 @@ START_TEST(test_parameter_server) {
     void *ctx = zmq_ctx_new();
     const uint64_t layout[] = {3, 2}, other[] = {3, 3};
     void *a = ps_member(ctx, d.endpoint, "ps", 0, layout, 2);
+    raw_wait_members(ctx, d.endpoint, "ps", 1, WAIT_MS); /* its layout is the job's */
     /* a member with another layout is refused, the job is not disturbed */
     void *odd = ps_member(ctx, d.endpoint, "ps", 1, other, 2);
     wire_msg msg;

@@ -18,8 +18,8 @@ extern char **environ;
 
 /* Variables a member would otherwise inherit from whoever runs the tests. */
 static bool harness_inherited(const char *kv) {
-    static const char *const drop[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=",
-                                       "DDP_", "DDPD_", "DDPCTL_", NULL};
+    static const char *const drop[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=", "DDP_",
+                                       "DDPD_", "DDPCTL_",     NULL};
     for (const char *const *d = drop; *d; d++)
         if (strncmp(kv, *d, strlen(*d)) == 0)
             return false;
@@ -201,7 +201,8 @@ void member_start(proc *p, const ddpd_proc *d, int world_size, int rank, const c
 }
 
 static void put_be32(gzFile f, uint32_t v) {
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8),
+                          (unsigned char)v};
     gzwrite(f, b, 4);
 }
 
@@ -265,4 +266,27 @@ int raw_request(void *socket, const Ddp__Envelope *env, int timeout_ms, wire_msg
     if (r < 0)
         return r;
     return raw_next(socket, timeout_ms, msg);
+}
+
+void raw_wait_members(void *zmq_ctx, const char *endpoint, const char *job, size_t n, int timeout_ms) {
+    void *s = raw_connect(zmq_ctx, endpoint);
+    uint64_t deadline = clock_now_ms() + (uint64_t)timeout_ms;
+    size_t seen = 0;
+    for (uint64_t seq = 1; seen < n && clock_now_ms() < deadline; seq++) {
+        Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REQUEST, "", -1, 0, seq);
+        env.status_request = &body;
+        wire_msg msg;
+        if (raw_request(s, &env, (int)clock_ms_until(deadline), &msg) < 0)
+            break;
+        seen = 0;
+        if (msg.env->type == DDP__MSG_TYPE__STATUS_REPLY)
+            for (size_t i = 0; i < msg.env->status_reply->n_jobs; i++)
+                if (!strcmp(msg.env->status_reply->jobs[i]->name, job))
+                    seen = msg.env->status_reply->jobs[i]->n_members;
+        wire_msg_close(&msg);
+    }
+    zmq_close(s);
+    ck_assert_msg(seen >= n, "job '%s' has %zu members, not %zu, after %d ms", job, seen, n, timeout_ms);
 }

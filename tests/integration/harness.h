@@ -10,12 +10,12 @@
 
 typedef struct {
     pid_t pid;
-    int out;          /* its stdout and stderr, together */
-    char *buf;        /* everything it printed so far */
+    int out;   /* its stdout and stderr, together */
+    char *buf; /* everything it printed so far */
     size_t len, cap;
-    size_t cursor;    /* proc_expect searches after this */
+    size_t cursor; /* proc_expect searches after this */
     bool eof;
-    int status;       /* exit code, 128+signal when killed; valid once reaped */
+    int status; /* exit code, 128+signal when killed; valid once reaped */
     bool reaped;
 } proc;
 
@@ -61,5 +61,8 @@ void *raw_connect(void *zmq_ctx, const char *endpoint);
 /* Sends env and waits up to timeout_ms for a message (the first one not a heartbeat).
  * Returns wire_recv's result; msg must be closed. */
 int raw_request(void *socket, const Ddp__Envelope *env, int timeout_ms, wire_msg *msg);
+/* Waits until ddpd's status shows job with at least n members (a hand-made peer's Join
+ * has landed), asking again and again; fails the test after timeout_ms. */
+void raw_wait_members(void *zmq_ctx, const char *endpoint, const char *job, size_t n, int timeout_ms);
 /* Waits for the next message that is not a heartbeat. */
 int raw_next(void *socket, int timeout_ms, wire_msg *msg);

@@ -108,6 +108,13 @@ void comm_count_sent(comm *c, int peer, uint64_t bytes) {
     c->stats.messages_sent++;
 }
 
+void comm_count_ddpd(comm *c, uint64_t sent, uint64_t received) {
+    c->stats.bytes_sent += sent;
+    c->stats.sent_to[c->peers.world] += sent;
+    c->stats.bytes_received += received;
+    c->stats.received_from[c->peers.world] += received;
+}
+
 void comm_count_received(comm *c, int peer, uint64_t bytes) {
     c->stats.bytes_received += bytes;
     c->stats.received_from[peer] += bytes;

@@ -198,3 +198,6 @@ int comm_timed_out(comm *c, int src, const comm_call *call, int32_t tag, const c
 /* Counts a frame sent to, or received from, peer. */
 void comm_count_sent(comm *c, int peer, uint64_t bytes);
 void comm_count_received(comm *c, int peer, uint64_t bytes);
+/* Counts ps mode's gradients to and from ddpd (the slot after the ranks'): bytes only, as
+ * they travel on the control connection, not the data plane's messages. */
+void comm_count_ddpd(comm *c, uint64_t sent, uint64_t received);

@@ -662,8 +662,9 @@ static const comm_transport zmq_transport = {
 int comm_zmq_open(comm *c) {
     zmq_plane *p = calloc(1, sizeof(*p));
     if (!p || !(p->ctx = zmq_ctx_new())) {
+        int r = p ? -errno : -ENOMEM;
         free(p);
-        return comm_fail(c, -ENOMEM, "cannot create a ZeroMQ context: %s", zmq_strerror(errno));
+        return comm_fail(c, r, "cannot create a ZeroMQ context: %s", zmq_strerror(-r));
     }
     /* Two I/O threads: ZeroMQ puts the receiving and sending sockets on different ones, so
      * a ring step's outgoing chunk does not wait behind an incoming one. */

@@ -306,6 +306,7 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
 fail:
     if (!init_error[0])
         snprintf(init_error, sizeof(init_error), "%s", error_string(r));
+    g->failed = r; /* nothing queued for a peer during init is worth waiting for */
     agent_stop(&g->agent, NULL);
     group_free(g);
     return r;

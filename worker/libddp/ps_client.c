@@ -37,7 +37,7 @@ DDP_EXPORT int ddp_ps_push(ddp_group *g, int bucket, const float *grads) {
     if (r < 0)
         return group_fail(g, r, "ps_push: could not hand bucket %d to the control thread: %s", bucket, error_string(r));
     g->ps_push_step[bucket]++;
-    comm_count_sent(&g->comm, g->world_size, g->ps_buckets[bucket] * sizeof(float)); /* to ddpd */
+    comm_count_ddpd(&g->comm, g->ps_buckets[bucket] * sizeof(float), 0);
     return 0;
 }
 
@@ -80,7 +80,7 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
     else {
         memcpy(ret_average, zmq_msg_data(&ev->msg.payload[0]), bytes);
         g->ps_pull_step[bucket]++;
-        comm_count_received(&g->comm, g->world_size, bytes); /* from ddpd */
+        comm_count_ddpd(&g->comm, 0, bytes);
     }
     agent_event_free(ev);
     return r;

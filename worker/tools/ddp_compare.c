@@ -227,8 +227,9 @@ static int write_report(const char *dir, const char *name, int (*write)(FILE *f,
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
     if (!f) {
-        fprintf(stderr, "ddp-compare: cannot write %s: %s\n", path, strerror(errno));
-        return -errno;
+        int r = -errno;
+        fprintf(stderr, "ddp-compare: cannot write %s: %s\n", path, strerror(-r));
+        return r;
     }
     int r = write(f, report);
     if (fclose(f) != 0 && r == 0)

@@ -1,5 +1,5 @@
 /* A sync mode: how one optimizer step's gradients become the same on every rank. The three
- * train the same math over different topologies (see DESIGN's modes table):
+ * train the same math over different topologies (README, "Modes"):
  *   ddp  peers all-reduce gradient buckets, overlapped with backward (sync_ddp.c)
  *   dp   rank 0 is DataParallel's first GPU: it gathers outputs, computes the loss, scatters
  *        output gradients, sums parameter gradients and alone steps (sync_dp.c)

@@ -2,12 +2,16 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <ini.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/limits.h"
 
@@ -118,8 +122,8 @@ static int config_assign(const config_option *opt, void *target, const char *val
     return -EINVAL;
 }
 
-int config_set(const config_spec *spec, void *target, const char *name, const char *value, const char *where,
-               char *err, size_t err_size) {
+int config_set(const config_spec *spec, void *target, const char *name, const char *value, const char *where, char *err,
+               size_t err_size) {
     const config_option *opt = config_find(spec, name);
     if (!opt) {
         snprintf(err, err_size, "%s: unknown key '%.64s'", where, name);
@@ -169,13 +173,98 @@ static int config_ini_handler(void *user, const char *section, const char *name,
     return 1;
 }
 
-int config_read_file(const config_spec *spec, void *target, const char *path, char *err, size_t err_size) {
-    config_ini_state st = {spec, target, path, err, err_size, 0};
-    int line = ini_parse(path, config_ini_handler, &st);
-    if (line == -1) {
-        snprintf(err, err_size, "%s: cannot open config file: %s", path, strerror(errno ? errno : ENOENT));
-        return -ENOENT;
+/* The whole file, checked to be text inih can take: a regular file (a FIFO or a device
+ * would block or never end), of bounded size, no NUL bytes, no line but a comment over
+ * inih's limit. A '#' after a blank starts a comment as ';' does. */
+static int config_slurp(const char *path, char **ret, char *err, size_t err_size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int r = -errno;
+        snprintf(err, err_size, "%s: cannot open config file: %s", path, strerror(-r));
+        return r;
     }
+    struct stat st;
+    int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && !S_ISREG(st.st_mode)) {
+        r = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+        snprintf(err, err_size, "%s: %s, not a config file", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+    } else if (r == 0 && st.st_size > DDP_MAX_CONFIG_FILE) {
+        r = -EFBIG;
+        snprintf(err, err_size, "%s: %lld bytes, more than a config file may hold (%d)", path, (long long)st.st_size,
+                 DDP_MAX_CONFIG_FILE);
+    } else if (r < 0)
+        snprintf(err, err_size, "%s: %s", path, strerror(-r));
+    char *text = r == 0 ? malloc((size_t)st.st_size + 2) : NULL; /* a last newline may be added */
+    if (r == 0 && !text) {
+        r = -ENOMEM;
+        snprintf(err, err_size, "%s: out of memory", path);
+    }
+    size_t n = 0;
+    while (r == 0 && n < (size_t)st.st_size) {
+        ssize_t got = read(fd, text + n, (size_t)st.st_size - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) { /* it shrank, or could not be read */
+            r = got < 0 ? -errno : -EIO;
+            snprintf(err, err_size, "%s: cannot read it: %s", path, strerror(-r));
+        } else
+            n += (size_t)got;
+    }
+    close(fd);
+    if (r < 0) {
+        free(text);
+        return r;
+    }
+    text[n] = '\0';
+    if (memchr(text, '\0', n)) {
+        snprintf(err, err_size, "%s: a NUL byte: not a text file", path);
+        free(text);
+        return -EINVAL;
+    }
+    /* Line by line into out (never longer): comments go, whatever their length, so that
+     * inih sees only what it can hold; their newlines stay, and with them the numbers. */
+    char *out = text;
+    size_t k = 0;
+    int line = 1;
+    for (size_t start = 0; start < n; line++) {
+        size_t end = start;
+        while (end < n && text[end] != '\n')
+            end++;
+        size_t first = start;
+        while (first < end && (text[first] == ' ' || text[first] == '\t'))
+            first++;
+        size_t stop = end;
+        if (first < end && (text[first] == '#' || text[first] == ';'))
+            stop = start; /* a comment line */
+        for (size_t i = first + 1; i < stop; i++)
+            if ((text[i] == '#' || text[i] == ';') && (text[i - 1] == ' ' || text[i - 1] == '\t'))
+                stop = i; /* a comment after a value: '#' as ';', which is all inih knows */
+        while (stop > start && (text[stop - 1] == ' ' || text[stop - 1] == '\t' || text[stop - 1] == '\r'))
+            stop--;
+        if (stop - start > DDP_MAX_CONFIG_LINE) {
+            snprintf(err, err_size, "%s:%d: the line is longer than %d characters", path, line, DDP_MAX_CONFIG_LINE);
+            free(text);
+            return -EINVAL;
+        }
+        memmove(out + k, text + start, stop - start);
+        k += stop - start;
+        out[k++] = '\n';
+        start = end + 1;
+    }
+    out[k] = '\0';
+    *ret = out;
+    return 0;
+}
+
+int config_read_file(const config_spec *spec, void *target, const char *path, char *err, size_t err_size) {
+    char *text = NULL;
+    int r = config_slurp(path, &text, err, err_size);
+    if (r < 0)
+        return r;
+    config_ini_state st = {spec, target, path, err, err_size, 0};
+    int line = ini_parse_string(text, config_ini_handler, &st);
+    free(text);
     if (line == -2) {
         snprintf(err, err_size, "%s: out of memory", path);
         return -ENOMEM;
@@ -302,7 +391,8 @@ int config_load(const config_spec *spec, void *target, int argc, char **argv, in
         else if (c == '?' || c == ':') {
             const char *arg = argv[optind - 1];
             if (c == '?')
-                snprintf(err, err_size, "unknown option '%.64s' (see --help)", optopt ? (char[]){'-', (char)optopt, 0} : arg);
+                snprintf(err, err_size, "unknown option '%.64s' (see --help)",
+                         optopt ? (char[]){'-', (char)optopt, 0} : arg);
             else
                 snprintf(err, err_size, "option '%.64s' needs a value", arg);
             r = -EINVAL;

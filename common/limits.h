@@ -46,6 +46,8 @@
 
 /* Configuration */
 #define DDP_MAX_CONFIG_STRING 1024   /* bytes of a string option */
+#define DDP_MAX_CONFIG_FILE (1 << 20) /* bytes of a config file */
+#define DDP_MAX_CONFIG_LINE 198      /* characters of a config line: inih's 200-byte buffer, less newline and NUL */
 
 /* IDX data files (MNIST, Fashion-MNIST): what a header may promise before we allocate */
 #define DDP_MAX_IDX_ITEMS 10000000u        /* images or labels in one file */

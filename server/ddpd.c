@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -20,8 +21,7 @@ static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL}
 static const config_option ddpd_options[] = {
     {"listen", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, "tcp://127.0.0.1:29500", offsetof(server_options, listen),
      "control endpoint to bind (loopback unless told otherwise)", "EP"},
-    {"config", CONFIG_STRING, 1, 4096, NULL, offsetof(server_options, config), "read options from an INI file",
-     "FILE"},
+    {"config", CONFIG_STRING, 1, 4096, NULL, offsetof(server_options, config), "read options from an INI file", "FILE"},
     {"heartbeat-ms", CONFIG_INT, DDP_MIN_HEARTBEAT_MS, DDP_MAX_HEARTBEAT_MS, "500",
      offsetof(server_options, heartbeat_ms), "heartbeat interval, both ways", "MS"},
     {"liveness", CONFIG_INT, 1, DDP_MAX_LIVENESS, "3", offsetof(server_options, liveness),
@@ -75,6 +75,12 @@ int main(int argc, char **argv) {
         config_free(&ddpd_spec, &opts);
         return optind_ < argc && !opts.help && !opts.version ? 2 : 0;
     }
+    /* A metrics file that could not be written is found now, not a second after READY. */
+    if (opts.metrics_file && atomic_file_check(opts.metrics_file, "--metrics-file", err, sizeof(err)) < 0) {
+        fprintf(stderr, "ddpd: %s\n", err);
+        config_free(&ddpd_spec, &opts);
+        return 2;
+    }
     log_level level = LOG_LEVEL_INFO;
     log_level_from_string(opts.log_level, &level);
     log_set_level(level);
@@ -114,10 +120,8 @@ int main(int argc, char **argv) {
         if (now >= next_tick) {
             server_tick(&s);
             if (opts.metrics_file && now >= next_metrics) {
-                int e = server_write_metrics(&s, opts.metrics_file);
-                if (e < 0)
-                    log_ratelimited(&s.bad_input_log, LOG_LEVEL_WARN, "cannot write %s: %s", opts.metrics_file,
-                                    error_string(e));
+                if (server_write_metrics(&s, opts.metrics_file, err, sizeof(err)) < 0)
+                    log_ratelimited(&s.bad_input_log, LOG_LEVEL_WARN, "%s", err);
                 next_metrics = now + 1000;
             }
             server_summary(&s, summary, sizeof(summary));
@@ -130,7 +134,7 @@ int main(int argc, char **argv) {
         }
     }
 
-    const char *why = stop_signal == SIGTERM ? "ddpd is shutting down (SIGTERM)"
+    const char *why = stop_signal == SIGTERM  ? "ddpd is shutting down (SIGTERM)"
                       : stop_signal == SIGINT ? "ddpd is shutting down (SIGINT)"
                                               : "ddpd is shutting down";
     log_info("%s", why);

@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "server/prometheus.h"
@@ -380,8 +382,11 @@ static void server_on_store(server *s, const wire_msg *msg) {
     default: { /* STORE_WAIT */
         const Ddp__StoreWait *sw = env->store_wait;
         uint32_t timeout = sw->timeout_ms ? sw->timeout_ms : DDP_DEFAULT_TIMEOUT_MS;
-        job_waiter w = {.identity_size = msg->identity_size, .rank = m->rank, .seq = env->seq,
-                        .deadline_ms = clock_now_ms() + timeout, .timeout_ms = timeout};
+        job_waiter w = {.identity_size = msg->identity_size,
+                        .rank = m->rank,
+                        .seq = env->seq,
+                        .deadline_ms = clock_now_ms() + timeout,
+                        .timeout_ms = timeout};
         memcpy(w.identity, msg->identity, msg->identity_size);
         w.keys = calloc(sw->n_keys, sizeof(char *));
         for (size_t k = 0; w.keys && k < sw->n_keys; k++, w.n_keys++)
@@ -565,25 +570,49 @@ void server_summary(const server *s, char *buf, size_t size) {
              members == 1 ? "" : "s");
 }
 
-/* Writes the Prometheus text to a temporary file and renames it over the old one, so the
+/* Writes the Prometheus text to a new file and renames it over the old one, so the
  * textfile collector never reads half of it. */
-int server_write_metrics(server *s, const char *path) {
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+int server_write_metrics(server *s, const char *path, char *err, size_t err_size) {
     server_status st = {0};
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = NULL;
     int r = server_status_build(s, &st);
-    FILE *f = r == 0 ? fopen(tmp, "w") : NULL;
-    if (f) {
-        prometheus_write(f, &st.reply);
-        fprintf(f, "# HELP ddpd_bad_messages_total Messages ddpd dropped or refused as malformed.\n"
-                   "# TYPE ddpd_bad_messages_total counter\nddpd_bad_messages_total %llu\n"
-                   "# HELP ddpd_job_aborts_total Jobs ended by a death or an operator.\n"
-                   "# TYPE ddpd_job_aborts_total counter\nddpd_job_aborts_total %llu\n",
-                (unsigned long long)s->bad_messages, (unsigned long long)s->aborts);
-        r = fclose(f) == 0 && rename(tmp, path) == 0 ? 0 : -errno;
-    } else if (r == 0)
-        r = -errno;
+    if (r == 0 && !(out = open_memstream(&text, &size)))
+        r = -ENOMEM;
+    if (r < 0) {
+        snprintf(err, err_size, "--metrics-file %s: %s", path, error_string(r));
+        server_status_free(&st);
+        return r;
+    }
+    prometheus_write(out, &st.reply);
+    fprintf(out,
+            "# HELP ddpd_bad_messages_total Messages ddpd dropped or refused as malformed.\n"
+            "# TYPE ddpd_bad_messages_total counter\nddpd_bad_messages_total %llu\n"
+            "# HELP ddpd_job_aborts_total Jobs ended by a death or an operator.\n"
+            "# TYPE ddpd_job_aborts_total counter\nddpd_job_aborts_total %llu\n",
+            (unsigned long long)s->bad_messages, (unsigned long long)s->aborts);
+    fclose(out);
     server_status_free(&st);
+    atomic_file f;
+    /* Readable by all: node_exporter's textfile collector runs as its own user. */
+    if ((r = atomic_file_open(&f, path, 0644, "--metrics-file", err, err_size)) == 0) {
+        for (size_t done = 0; r == 0 && done < size;) {
+            ssize_t w = write(f.fd, text + done, size - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                r = w < 0 ? -errno : -EIO;
+            else
+                done += (size_t)w;
+        }
+        if (r < 0) {
+            snprintf(err, err_size, "--metrics-file %s: cannot write it: %s", path, strerror(-r));
+            atomic_file_abort(&f);
+        } else
+            r = atomic_file_commit(&f, "--metrics-file", err, err_size);
+    }
+    free(text);
     return r;
 }
 

@@ -1,8 +1,8 @@
 /* ddp-worker end to end, on loopback: equivalence of the modes and world sizes, resume,
  * bad inputs, metrics; on a small synthetic dataset written for the test (and a smoke run
  * on Fashion-MNIST where Debian's dataset is installed). */
-#include <check.h>
 #include <cJSON.h>
+#include <check.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,9 +12,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "tests/check_main.h"
 #include "tests/integration/harness.h"
 #include "worker/trainer/checkpoint.h"
-#include "tests/check_main.h"
 
 #define WAIT_MS 120000     /* one launch, at most */
 #define CASE_TIMEOUT_S 150 /* a case, at most; under CTest's 180 s (tests/CMakeLists.txt) */
@@ -81,8 +81,8 @@ START_TEST(test_equivalence) {
         for (int wi = 0; wi < 3; wi++) {
             char ckpt[128];
             snprintf(ckpt, sizeof(ckpt), "%s/%s-%d.ckpt", dir, modes[mi], worlds[wi]);
-            const char *args[] = {"--mode", modes[mi], "--sampler", "global", "--steps", "20", "--batch-size", "32",
-                                  "--lr", "0.1", "--checkpoint", ckpt, NULL};
+            const char *args[] = {"--mode", modes[mi], "--sampler", "global",       "--steps", "20", "--batch-size",
+                                  "32",     "--lr",    "0.1",       "--checkpoint", ckpt,      NULL};
             proc p;
             int code = train(&p, worlds[wi], args);
             ck_assert_msg(code == 0, "%s on %d: exit %d: %s", modes[mi], worlds[wi], code, proc_output(&p));
@@ -93,7 +93,8 @@ START_TEST(test_equivalence) {
                 continue;
             }
             double d = relative_difference(reference, params, n);
-            ck_assert_msg(d <= 1e-5, "%s on %d workers differs from ddp on 1 by %g (relative)", modes[mi], worlds[wi], d);
+            ck_assert_msg(d <= 1e-5, "%s on %d workers differs from ddp on 1 by %g (relative)", modes[mi], worlds[wi],
+                          d);
             free(params);
         }
     /* and training moved the parameters: the comparison is not of two initial states */
@@ -130,8 +131,8 @@ START_TEST(test_resume_is_exact) {
         snprintf(a, sizeof(a), "%s/resumed-%s.ckpt", dir, modes[mi]);
         snprintf(b, sizeof(b), "%s/straight-%s.ckpt", dir, modes[mi]);
         const char *first[] = {"--mode", modes[mi], "--steps", "11", "--batch-size", "32", "--checkpoint", a, NULL};
-        const char *second[] = {"--mode", modes[mi], "--steps", "27", "--batch-size", "32", "--checkpoint", a,
-                                "--resume", NULL};
+        const char *second[] = {"--mode", modes[mi],      "--steps", "27",       "--batch-size",
+                                "32",     "--checkpoint", a,         "--resume", NULL};
         const char *straight[] = {"--mode", modes[mi], "--steps", "27", "--batch-size", "32", "--checkpoint", b, NULL};
         proc p;
         ck_assert_int_eq(train(&p, 2, first), 0);
@@ -171,8 +172,8 @@ START_TEST(test_model_parallel) {
         snprintf(a, sizeof(a), "%s/whole-%s.ckpt", dir, modes[mi]);
         snprintf(b, sizeof(b), "%s/split-%s.ckpt", dir, modes[mi]);
         const char *whole[] = {"--mode", modes[mi], "--steps", "15", "--batch-size", "32", "--checkpoint", a, NULL};
-        const char *split[] = {"--mode",       modes[mi], "--steps",   "15",      "--batch-size", "32",
-                               "--checkpoint", b,         "--devices", "cpu,cpu", NULL};
+        const char *split[] = {"--mode", modes[mi],   "--steps", "15", "--batch-size", "32", "--checkpoint",
+                               b,        "--devices", "cpu,cpu", NULL};
         proc p;
         ck_assert_int_eq(train(&p, 2, whole), 0);
         proc_close(&p);
@@ -185,8 +186,8 @@ START_TEST(test_model_parallel) {
     snprintf(c, sizeof(c), "%s/half-then-split.ckpt", dir);
     snprintf(a, sizeof(a), "%s/whole-ddp.ckpt", dir);
     const char *first[] = {"--steps", "7", "--batch-size", "32", "--checkpoint", c, NULL};
-    const char *rest[] = {"--steps",    "15", "--batch-size", "32", "--checkpoint", c, "--resume",
-                          "--devices", "cpu,cpu", NULL};
+    const char *rest[] = {"--steps", "15",       "--batch-size", "32",      "--checkpoint",
+                          c,         "--resume", "--devices",    "cpu,cpu", NULL};
     proc p;
     ck_assert_int_eq(train(&p, 2, first), 0);
     proc_close(&p);
@@ -249,7 +250,7 @@ START_TEST(test_bad_inputs) {
     struct {
         const char *what;
         int file;
-        long keep;           /* bytes of the gzip file to keep, -1 all */
+        long keep; /* bytes of the gzip file to keep, -1 all */
         const char *expected;
     } broken[] = {
         {"truncated images", 0, 300, "train-images-idx3-ubyte.gz"},
@@ -324,8 +325,8 @@ START_TEST(test_sigterm_keeps_the_checkpoint) {
     char ckpt[128];
     snprintf(ckpt, sizeof(ckpt), "%s/stopped.ckpt", dir);
     char n_text[] = "2";
-    const char *argv[] = {DDP_RUN_PATH, "-n", n_text, "--", DDP_WORKER_PATH, "--data", dir, "--model", MODEL,
-                          "--batch-size", "32", "--epochs", "100000", "--checkpoint", ckpt, NULL};
+    const char *argv[] = {DDP_RUN_PATH,   "-n", n_text,     "--",     DDP_WORKER_PATH, "--data", dir, "--model", MODEL,
+                          "--batch-size", "32", "--epochs", "100000", "--checkpoint",  ckpt,     NULL};
     proc p;
     proc_start(&p, argv, NULL);
     ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&p));
@@ -350,9 +351,10 @@ END_TEST
 START_TEST(test_restart_resumes) {
     char ckpt[128];
     snprintf(ckpt, sizeof(ckpt), "%s/restart.ckpt", dir);
-    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--verbose", "--max-restarts", "1", "--", DDP_WORKER_PATH, "--data",
-                          dir, "--model", MODEL, "--batch-size", "32", "--epochs", "150", "--checkpoint", ckpt,
-                          "--resume", NULL};
+    const char *argv[] = {
+        DDP_RUN_PATH,   "-n", "2",        "--verbose", "--max-restarts", "1",  "--",       DDP_WORKER_PATH,
+        "--data",       dir,  "--model",  MODEL,       "--batch-size",   "32", "--epochs", "150",
+        "--checkpoint", ckpt, "--resume", NULL};
     proc p;
     proc_start(&p, argv, NULL);
     char line[256];
@@ -374,26 +376,34 @@ START_TEST(test_restart_resumes) {
 }
 END_TEST
 
-/* A rank that cannot go on (here rank 0 cannot write its checkpoint) ends the job for
- * all: the others fail at once naming it, without a launcher to stop them. Also: --metrics
- * without %r, where only rank 0 writes, keeps the ranks in step. */
+/* A rank that cannot go on (here rank 0 cannot write its checkpoint: it refuses at
+ * start-up, a usage error) ends the job for all: the others fail at once naming it,
+ * without a launcher to stop them. */
 START_TEST(test_one_rank_gives_up) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
     proc w[2];
-    char metrics[128];
-    snprintf(metrics, sizeof(metrics), "%s/rank0-only.jsonl", dir);
-    const char *argv[] = {DDP_WORKER_PATH, "--data", dir, "--model", MODEL, "--batch-size", "32", "--epochs", "3",
-                          "--metrics", metrics, "--checkpoint", "/nonexistent-dir/x.ckpt", NULL};
+    const char *argv[] = {DDP_WORKER_PATH,
+                          "--data",
+                          dir,
+                          "--model",
+                          MODEL,
+                          "--batch-size",
+                          "32",
+                          "--epochs",
+                          "3",
+                          "--checkpoint",
+                          "/nonexistent-dir/x.ckpt",
+                          NULL};
     for (int r = 0; r < 2; r++)
         rank_start(&w[r], &d, 2, r, NULL, argv);
     char line[512];
     ck_assert_msg(proc_expect(&w[1], "gave up", WAIT_MS, line, sizeof(line)), "%s", proc_output(&w[1]));
     ck_assert_msg(strstr(line, "rank 0 (pid ") && strstr(line, "/nonexistent-dir/x.ckpt"), "%s", line);
-    for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(proc_wait(&w[r], WAIT_MS), 1);
+    ck_assert_int_eq(proc_wait(&w[0], WAIT_MS), 2);
+    ck_assert_int_eq(proc_wait(&w[1], WAIT_MS), 1);
+    for (int r = 0; r < 2; r++)
         proc_close(&w[r]);
-    }
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 END_TEST
@@ -422,8 +432,8 @@ START_TEST(test_metrics) {
             steps += !strcmp(type, "step");
             epochs += !strcmp(type, "epoch");
             ck_assert_int_eq(cJSON_GetObjectItem(j, "rank")->valueint, r);
-            static const char *const keys[] = {"loss", "samples_per_s", "compute_s", "comm_s", "wait_s", "bytes_sent",
-                                               "bytes_received", "peak_rss_kb", "device_memory"};
+            static const char *const keys[] = {"loss",       "samples_per_s",  "compute_s",   "comm_s",       "wait_s",
+                                               "bytes_sent", "bytes_received", "peak_rss_kb", "device_memory"};
             for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
                 ck_assert_msg(cJSON_GetObjectItem(j, keys[k]), "%s missing in %s", keys[k], line);
             if (!strcmp(type, "epoch"))
@@ -434,6 +444,14 @@ START_TEST(test_metrics) {
         ck_assert_int_eq(epochs, 1);
         free(text);
     }
+    /* Without %r only rank 0 writes, and the ranks stay in step all the same. */
+    char only[128];
+    snprintf(only, sizeof(only), "%s/rank0-only.jsonl", dir);
+    const char *rank0[] = {"--metrics", only, "--epochs", "2", "--batch-size", "32", NULL};
+    code = train(&p, 2, rank0);
+    ck_assert_msg(code == 0, "%s", proc_output(&p));
+    proc_close(&p);
+    ck_assert_int_eq(access(only, R_OK), 0);
 }
 END_TEST
 
@@ -456,8 +474,8 @@ END_TEST
 START_TEST(test_toy) {
     char metrics[128];
     snprintf(metrics, sizeof(metrics), "%s/toy.jsonl", dir);
-    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--", DDP_WORKER_PATH, "--model", "toy", "--epochs", "2",
-                          "--metrics", metrics, NULL};
+    const char *argv[] = {DDP_RUN_PATH, "-n",       "2", "--",        DDP_WORKER_PATH, "--model",
+                          "toy",        "--epochs", "2", "--metrics", metrics,         NULL};
     proc p;
     proc_start(&p, argv, NULL);
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -113,8 +114,8 @@ START_TEST(test_file_env_flag_precedence) {
     setenv("TESTD_HEARTBEAT_MS", "200", 1);
     const char *args[] = {"--config", ini_path, "--listen", "tcp://flag", NULL};
     ck_assert_int_eq(load(args, NULL), 0);
-    ck_assert_int_eq(o.heartbeat_ms, 200); /* environment beats file */
-    ck_assert_double_eq(o.ratio, 0.75);    /* file beats default */
+    ck_assert_int_eq(o.heartbeat_ms, 200);    /* environment beats file */
+    ck_assert_double_eq(o.ratio, 0.75);       /* file beats default */
     ck_assert_str_eq(o.listen, "tcp://flag"); /* flag beats file */
     ck_assert_str_eq(o.config, ini_path);
 
@@ -153,8 +154,8 @@ END_TEST
 /* Every bad input is refused with a message naming the key and where it came from. */
 static const struct {
     const char *args[4];
-    const char *ini;     /* when set, written and passed with --config */
-    const char *env[2];  /* NAME, VALUE */
+    const char *ini;    /* when set, written and passed with --config */
+    const char *env[2]; /* NAME, VALUE */
     const char *expected;
 } bad_inputs[] = {
     {{"--heartbeat-ms", "5"}, NULL, {NULL}, "--heartbeat-ms: 5 is out of range [10, 60000]"},
@@ -198,6 +199,59 @@ START_TEST(test_bad_input) {
 }
 END_TEST
 
+/* A config file must be a regular text file: a device, a FIFO or a directory is refused at
+ * once (not read forever, waited on, or taken as empty), and so is a NUL byte. Comments may
+ * be of any length, after a value too; other lines say when they are over inih's limit. */
+START_TEST(test_config_files) {
+    const char *args[3] = {"--config", NULL, NULL};
+    args[1] = "/dev/zero";
+    ck_assert_int_eq(load(args, NULL), -EINVAL);
+    ck_assert_msg(strstr(err, "/dev/zero: not a regular file"), "%s", err);
+    args[1] = "/tmp";
+    ck_assert_int_eq(load(args, NULL), -EISDIR);
+    ck_assert_msg(strstr(err, "/tmp: a directory"), "%s", err);
+    char fifo[64];
+    snprintf(fifo, sizeof(fifo), "/tmp/check_config_fifo_%d", (int)getpid());
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    args[1] = fifo;
+    ck_assert_int_eq(load(args, NULL), -EINVAL);
+    ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+    unlink(fifo);
+
+    args[1] = ini_path;
+    char text[1024];
+    memset(text, 'x', sizeof(text));
+    /* a 300-character comment, a trailing comment, then a value */
+    snprintf(text, sizeof(text), "# %.300s\nheartbeat-ms = 700   # milliseconds\n; %.250s\nlevel = error ;why\n",
+             "comment comment comment comment comment comment comment comment comment comment comment comment "
+             "comment comment comment comment comment comment comment comment comment comment comment comment "
+             "comment comment comment comment comment comment comment comment comment comment comment comment",
+             "another long comment, well over the two hundred bytes of inih's line buffer, to be sure that it is "
+             "read as one comment and not as two lines, the second of which would be a syntax error or worse");
+    write_ini(text);
+    ck_assert_msg(load(args, NULL) == 0, "%s", err);
+    ck_assert_int_eq(o.heartbeat_ms, 700);
+    ck_assert_str_eq(o.level, "error");
+    /* a value line over the limit */
+    char line[300];
+    memset(line, 'a', sizeof(line));
+    snprintf(text, sizeof(text), "ratio = 0.5\nlisten = %.250s\n", line);
+    write_ini(text);
+    ck_assert_int_eq(load(args, NULL), -EINVAL);
+    ck_assert_msg(strstr(err, ":2: the line is longer than 198 characters"), "%s", err);
+    /* a NUL byte */
+    FILE *f = fopen(ini_path, "wb");
+    fwrite("ratio = 0.5\n\0\n", 1, 15, f);
+    fclose(f);
+    ck_assert_int_eq(load(args, NULL), -EINVAL);
+    ck_assert_msg(strstr(err, "a NUL byte"), "%s", err);
+    /* no newline at the end is still a line */
+    write_ini("ratio = 0.25");
+    ck_assert_msg(load(args, NULL) == 0, "%s", err);
+    ck_assert_double_eq(o.ratio, 0.25);
+}
+END_TEST
+
 START_TEST(test_config_set) {
     memset(&o, 0, sizeof(o));
     ck_assert_int_eq(config_set(&spec, &o, "heartbeat_ms", "77", "here", err, sizeof(err)), 0);
@@ -227,6 +281,7 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_underscore_keys);
     tcase_add_test(core, test_help_text);
     tcase_add_test(limits, test_config_set);
+    tcase_add_test(bad, test_config_files);
     tcase_add_loop_test(bad, test_bad_input, 0, (int)(sizeof(bad_inputs) / sizeof(bad_inputs[0])));
     return check_main(s, argc, argv);
 }

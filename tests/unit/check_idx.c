@@ -10,10 +10,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "worker/trainer/idx.h"
-#include "tests/check_main.h"
 #include "common/limits.h"
 #include "idx_files.h"
+#include "tests/check_main.h"
+#include "worker/trainer/idx.h"
 
 static char tmp_dir[64];
 static char err[1024];
@@ -164,6 +164,19 @@ START_TEST(test_directory) {
     idx_images images;
     ck_assert_int_eq(idx_read_images(tmp_dir, &images, err, sizeof(err)), -EISDIR);
     ck_assert_msg(strstr(err, tmp_dir) && strstr(err, "directory"), "%s", err);
+}
+END_TEST
+
+/* A FIFO (or any file that is not a regular one) is refused at once: reading it would wait
+ * for a writer that never comes. */
+START_TEST(test_fifo) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/fifo-images-idx3-ubyte", tmp_dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    idx_images images;
+    ck_assert_int_eq(idx_read_images(path, &images, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, path) && strstr(err, "not a regular file"), "%s", err);
+    unlink(path);
 }
 END_TEST
 
@@ -479,6 +492,7 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_gzip_members);
     tcase_add_test(core, test_missing_file);
     tcase_add_test(core, test_directory);
+    tcase_add_test(core, test_fifo);
     tcase_add_test(core, test_read_error);
     tcase_add_test(core, test_bad_class_count);
     tcase_add_test(limits, test_largest_allowed);

@@ -2,14 +2,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/atomic_file.h"
+
 #define CHECKPOINT_MAGIC "DDPCKPT1"
+#define CHECKPOINT_FLAG "--checkpoint" /* the only path a checkpoint is written to */
 
 typedef struct {
     char magic[8];
@@ -38,17 +40,11 @@ static int write_all(int fd, const void *p, size_t n, uLong *crc) {
 
 int checkpoint_write(const char *path, const checkpoint_info *info, const float *params, const float *velocity,
                      char *err, size_t err_size) {
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= sizeof(tmp)) {
-        snprintf(err, err_size, "%s: path too long", path);
-        return -ENAMETOOLONG;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int r = -errno;
-        snprintf(err, err_size, "%s: cannot create: %s", tmp, strerror(-r));
+    atomic_file f;
+    /* Only the owner reads it: parameters are the user's work. */
+    int r = atomic_file_open(&f, path, 0600, CHECKPOINT_FLAG, err, err_size);
+    if (r < 0)
         return r;
-    }
     checkpoint_header h = {.version = 1,
                            .has_velocity = velocity != NULL,
                            .n_params = info->n_params,
@@ -62,35 +58,21 @@ int checkpoint_write(const char *path, const checkpoint_info *info, const float 
     snprintf(h.model, sizeof(h.model), "%s", info->model);
     uLong crc = crc32(0L, Z_NULL, 0);
     size_t bytes = info->n_params * sizeof(float);
-    int r = write_all(fd, &h, sizeof(h), &crc);
+    r = write_all(f.fd, &h, sizeof(h), &crc);
     if (r == 0)
-        r = write_all(fd, params, bytes, &crc);
+        r = write_all(f.fd, params, bytes, &crc);
     if (r == 0 && velocity)
-        r = write_all(fd, velocity, bytes, &crc);
+        r = write_all(f.fd, velocity, bytes, &crc);
     uint32_t crc32_le = (uint32_t)crc;
     uLong ignored = 0;
     if (r == 0)
-        r = write_all(fd, &crc32_le, sizeof(crc32_le), &ignored);
-    if (r == 0 && fsync(fd) < 0)
-        r = -errno;
-    if (close(fd) < 0 && r == 0)
-        r = -errno;
-    if (r == 0 && rename(tmp, path) < 0)
-        r = -errno;
+        r = write_all(f.fd, &crc32_le, sizeof(crc32_le), &ignored);
     if (r < 0) {
-        snprintf(err, err_size, "%s: cannot write the checkpoint: %s", path, strerror(-r));
-        unlink(tmp);
+        snprintf(err, err_size, "%s %s: cannot write the checkpoint: %s", CHECKPOINT_FLAG, path, strerror(-r));
+        atomic_file_abort(&f);
         return r;
     }
-    /* the rename itself is durable once the directory is */
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
+    return atomic_file_commit(&f, CHECKPOINT_FLAG, err, err_size);
 }
 
 int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_info *ret_info, float *params,

@@ -49,6 +49,8 @@ static const config_option worker_table[] = {
     {"checkpoint", CONFIG_STRING, 1, 4096, NULL, offsetof(worker_options, checkpoint),
      "rank 0 writes a checkpoint here after every epoch and at the end", "PATH"},
     {"resume", CONFIG_BOOL, 0, 1, NULL, offsetof(worker_options, resume), "continue from --checkpoint"},
+    {"overwrite", CONFIG_BOOL, 0, 1, NULL, offsetof(worker_options, overwrite),
+     "start over although --checkpoint exists (it is replaced at the first save)"},
     {"metrics", CONFIG_STRING, 1, 4096, NULL, offsetof(worker_options, metrics),
      "JSON lines per step and epoch (rank 0; %r in the name: every rank, its own file)", "FILE"},
     {"sampler", CONFIG_STRING, 1, 16, "partition", offsetof(worker_options, sampler),
@@ -73,6 +75,9 @@ static const config_spec worker_spec = {
     .n_options = sizeof(worker_table) / sizeof(worker_table[0]),
 };
 
+#define EXIT_FAILURE_RUN 1 /* training failed, or its metrics could not be written */
+#define EXIT_USAGE 2       /* the flags, the config file or the environment ask the impossible */
+
 static void on_stop(int sig) {
     trainer_stop_signal = sig;
 }
@@ -87,7 +92,7 @@ int main(int argc, char **argv) {
     if (r < 0 || first < argc) {
         fprintf(stderr, "ddp-worker: %s\n", r < 0 ? err : "unexpected argument (see --help)");
         config_free(&worker_spec, &o);
-        return 2;
+        return EXIT_USAGE;
     }
     if (o.help || o.version) {
         if (o.version)
@@ -97,17 +102,24 @@ int main(int argc, char **argv) {
         config_free(&worker_spec, &o);
         return 0;
     }
-    if (o.resume && !o.checkpoint) {
-        fprintf(stderr, "ddp-worker: --resume needs --checkpoint PATH\n");
+    if ((o.resume || o.overwrite) && !o.checkpoint) {
+        fprintf(stderr, "ddp-worker: --%s needs --checkpoint PATH\n", o.resume ? "resume" : "overwrite");
         config_free(&worker_spec, &o);
-        return 2;
+        return EXIT_USAGE;
+    }
+    if (o.resume && o.overwrite) {
+        fprintf(stderr, "ddp-worker: --resume continues from --checkpoint and --overwrite starts over: choose one\n");
+        config_free(&worker_spec, &o);
+        return EXIT_USAGE;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    /* SIGTERM and SIGINT end the job between steps, with a checkpoint (trainer.h). */
+    /* SIGTERM, SIGINT and SIGHUP (a closed terminal, a lost ssh session) end the job
+     * between steps, with a checkpoint (trainer.h). */
     struct sigaction sa = {.sa_handler = on_stop};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     trainer t;
     r = trainer_open(&t, &o);
     if (r == 0)
@@ -121,5 +133,13 @@ int main(int argc, char **argv) {
     }
     trainer_close(&t);
     config_free(&worker_spec, &o);
-    return r < 0 ? 1 : 0;
+    if (r == 0 && t.metrics_error) {
+        fprintf(stderr, "ddp-worker: rank %d: trained, but --metrics %s could not be written: %s\n", t.rank,
+                t.metrics_path, strerror(t.metrics_error));
+        return EXIT_FAILURE_RUN;
+    }
+    if (r < 0)
+        return t.usage_error ? EXIT_USAGE : EXIT_FAILURE_RUN;
+    /* Stopped by a signal, with the checkpoint written: not a finished run. */
+    return t.stopped_by ? 128 + t.stopped_by : 0;
 }

@@ -36,7 +36,7 @@ static int device_parse(trainer *t, const char *dev, const char *flag, int *ret_
     }
     size_t digits = strncmp(dev, "cuda:", 5) == 0 ? strspn(dev + 5, "0123456789") : 0;
     if (digits == 0 || digits > 4 || dev[5 + digits])
-        return trainer_fail(t, -EINVAL, "%s '%s': use cpu, cuda or cuda:K", flag, dev);
+        return trainer_refuse(t, -EINVAL, "%s '%s': use cpu, cuda or cuda:K", flag, dev);
     *ret_gpu = atoi(dev + 5);
     return 0;
 }
@@ -71,7 +71,7 @@ int devices_open(trainer *t) {
     const char *comma = strchr(list, ',');
     size_t first = comma ? (size_t)(comma - list) : 0;
     if (!comma || strchr(comma + 1, ',') || first == 0 || first >= 16 || !comma[1] || strlen(comma + 1) >= 16)
-        return trainer_fail(t, -EINVAL, "--devices '%s': name two devices, as in 0,1 or cuda:0,cuda:1", list);
+        return trainer_refuse(t, -EINVAL, "--devices '%s': name two devices, as in 0,1 or cuda:0,cuda:1", list);
     snprintf(devs[0], sizeof(devs[0]), "%.*s", (int)first, list);
     snprintf(devs[1], sizeof(devs[1]), "%s", comma + 1);
     for (int i = 0; i < 2; i++)

@@ -336,18 +336,24 @@ static int idx_read(const char *path, const idx_format *format, uint32_t dims[3]
         snprintf(err, err_size, "no IDX file named");
         return -EINVAL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Non-blocking until it is known to be a file: a FIFO would wait for a writer forever. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         snprintf(err, err_size, "%s: cannot open: %s", path, strerror(e));
         return -e;
     }
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    int e = fstat(fd, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : !S_ISREG(st.st_mode) ? EINVAL : 0;
+    if (e) {
         close(fd);
-        snprintf(err, err_size, "%s: is a directory, not an IDX file", path);
-        return -EISDIR;
+        snprintf(err, err_size, "%s: %s, not an IDX file", path,
+                 e == EISDIR   ? "is a directory"
+                 : e == EINVAL ? "not a regular file"
+                               : strerror(e));
+        return -e;
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     idx_source s = {.fd = fd, .path = path, .format = format, .err = err, .err_size = err_size};
     s.in = malloc(IDX_IN_SIZE);
     if (!s.in) {

@@ -5,26 +5,78 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/atomic_file.h"
+#include "common/error.h"
 #include "worker/trainer/trainer.h"
+
+/* The step a metrics line was written at, or UINT64_MAX for a line that is not one. */
+static uint64_t line_step(const char *line) {
+    cJSON *j = cJSON_Parse(line);
+    const cJSON *step = cJSON_GetObjectItem(j, "step");
+    uint64_t s = cJSON_IsNumber(step) && step->valuedouble >= 0 ? (uint64_t)step->valuedouble : UINT64_MAX;
+    cJSON_Delete(j);
+    return s;
+}
+
+/* A resumed run continues the file: the lines up to the checkpoint's step stay, those a
+ * run wrote after it (and then lost) go, rewritten whole so that a crash keeps the old. */
+static int metrics_keep_history(trainer *t) {
+    FILE *in = fopen(t->metrics_path, "r");
+    if (!in)
+        return errno == ENOENT ? 0 : trainer_fail(t, -errno, "--metrics %s: %s", t->metrics_path, strerror(errno));
+    atomic_file out;
+    char err[512];
+    int r = atomic_file_open(&out, t->metrics_path, 0644, "--metrics", err, sizeof(err));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while (r == 0 && (n = getline(&line, &cap, in)) > 0)
+        if (line_step(line) <= t->step && write(out.fd, line, (size_t)n) != n)
+            r = -errno;
+    if (r == 0 && ferror(in))
+        r = -EIO;
+    free(line);
+    fclose(in);
+    if (r < 0 && out.fd >= 0) {
+        snprintf(err, sizeof(err), "--metrics %.400s: %s", t->metrics_path, strerror(-r));
+        atomic_file_abort(&out);
+    } else if (r == 0)
+        r = atomic_file_commit(&out, "--metrics", err, sizeof(err));
+    return r < 0 ? trainer_fail(t, r, "%s", err) : 0;
+}
 
 int metrics_open(trainer *t) {
     const char *pattern = t->opts->metrics;
     if (!pattern)
         return 0;
-    char path[4096];
     size_t k = 0;
-    for (const char *p = pattern; *p && k + 12 < sizeof(path); p++) /* %r: the rank */
+    char *path = t->metrics_path;
+    for (const char *p = pattern; *p && k + 12 < sizeof(t->metrics_path); p++) /* %r: the rank */
         if (p[0] == '%' && p[1] == 'r') {
-            k += (size_t)snprintf(path + k, sizeof(path) - k, "%d", t->rank);
+            k += (size_t)snprintf(path + k, sizeof(t->metrics_path) - k, "%d", t->rank);
             p++;
         } else
             path[k++] = *p;
     path[k] = '\0';
-    bool mine = t->rank == 0 || strstr(pattern, "%r");
-    if (mine && !(t->metrics = fopen(path, "w")))
+    if (t->rank != 0 && !strstr(pattern, "%r"))
+        return 0; /* rank 0's file */
+    struct stat st;
+    bool exists = stat(path, &st) == 0, regular = exists && S_ISREG(st.st_mode);
+    if (t->opts->resume && regular)
+        TRY(metrics_keep_history(t));
+    /* A fresh run starts the file; a resumed one, or a pipe or device, is written on. */
+    if (!(t->metrics = fopen(path, t->opts->resume || (exists && !regular) ? "a" : "w")))
         return trainer_fail(t, -errno, "--metrics: cannot write %s: %s", path, strerror(errno));
     return 0;
+}
+
+void metrics_close(trainer *t) {
+    if (t->metrics && fclose(t->metrics) != 0 && !t->metrics_error)
+        t->metrics_error = errno;
+    t->metrics = NULL;
 }
 
 static long peak_rss_kb(void) {
@@ -97,9 +149,13 @@ void metrics_write(trainer *t, const char *kind, double loss, double accuracy, d
     }
     add_device_memory(j, &t->m);
     char *text = cJSON_PrintUnformatted(j);
-    if (text) {
-        fprintf(t->metrics, "%s\n", text);
-        fflush(t->metrics);
+    if (text && (fprintf(t->metrics, "%s\n", text) < 0 || fflush(t->metrics) != 0)) {
+        /* Said once; training goes on (the checkpoint matters more) and the exit code says it. */
+        t->metrics_error = errno ? errno : EIO;
+        fprintf(stderr, "ddp-worker: rank %d: --metrics %s: cannot write: %s; no more lines go there\n", t->rank,
+                t->metrics_path, strerror(t->metrics_error));
+        fclose(t->metrics);
+        t->metrics = NULL;
     }
     free(text);
     cJSON_Delete(j);

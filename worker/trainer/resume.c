@@ -2,9 +2,29 @@
  * rank 0 (checkpoint.c is the format) and read back by --resume. */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+
+#include "common/atomic_file.h"
 
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/trainer.h"
+
+int resume_check(trainer *t) {
+    const char *path = t->opts->checkpoint;
+    if (!path || t->rank != 0)
+        return 0;
+    char err[512];
+    int r = atomic_file_check(path, "--checkpoint", err, sizeof(err));
+    if (r < 0)
+        return trainer_refuse(t, r, "%s", err);
+    struct stat st;
+    if (!t->opts->resume && !t->opts->overwrite && stat(path, &st) == 0)
+        return trainer_refuse(t, -EEXIST,
+                              "--checkpoint %s exists: add --resume to continue from it, or --overwrite to start over "
+                              "and replace it",
+                              path);
+    return 0;
+}
 
 int resume_save(trainer *t) {
     if (!t->opts->checkpoint || t->rank != 0)
@@ -59,16 +79,16 @@ int resume_load(trainer *t) {
         } else if (r < 0)
             snprintf(t->error, sizeof(t->error), "--resume: %s", err);
         else if (info.world_size != (uint32_t)t->world && t->smp.kind == SAMPLER_PARTITION)
-            r = trainer_fail(t, -EINVAL,
-                             "--resume: %s was written by %u workers, not %d: with the partition sampler each rank's "
-                             "shard depends on it (--sampler global trains on the same batches for any number)",
-                             t->opts->checkpoint, info.world_size, t->world);
+            r = trainer_refuse(t, -EINVAL,
+                               "--resume: %s was written by %u workers, not %d: with the partition sampler each rank's "
+                               "shard depends on it (--sampler global trains on the same batches for any number)",
+                               t->opts->checkpoint, info.world_size, t->world);
         else if (info.global_batch != (uint32_t)t->global_batch || info.seed != (uint64_t)t->opts->seed)
-            r = trainer_fail(t, -EINVAL,
-                             "--resume: %s was written with batch size %u and seed %llu, not %d and %d: it would not "
-                             "continue the same run",
-                             t->opts->checkpoint, info.global_batch, (unsigned long long)info.seed, t->global_batch,
-                             t->opts->seed);
+            r = trainer_refuse(t, -EINVAL,
+                               "--resume: %s was written with batch size %u and seed %llu, not %d and %d: it would not "
+                               "continue the same run",
+                               t->opts->checkpoint, info.global_batch, (unsigned long long)info.seed, t->global_batch,
+                               t->opts->seed);
         state[0] = r < 0 ? 1 : state[0];
         state[1] = info.step;
         state[2] = info.epoch;

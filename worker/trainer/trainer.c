@@ -25,17 +25,27 @@ int trainer_fail(trainer *t, int err, const char *fmt, ...) {
     return err;
 }
 
+int trainer_refuse(trainer *t, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->error, sizeof(t->error), fmt, ap);
+    va_end(ap);
+    t->usage_error = true;
+    return err;
+}
+
 /* Whether every rank should stop now: a signal reached at least one of them. Every rank
  * asks at the same steps, so the question is one collective. */
 static int trainer_should_stop(trainer *t, bool *ret_stop) {
     *ret_stop = false;
     if (t->step % TRAINER_STOP_CHECK_STEPS != 0)
         return 0;
-    int32_t flag = trainer_stop_signal != 0;
-    int r = ddp_all_reduce(t->g, &flag, 1, DDP_I32, DDP_MAX);
+    int32_t sig = trainer_stop_signal; /* the highest signal any rank saw: every rank exits with it */
+    int r = ddp_all_reduce(t->g, &sig, 1, DDP_I32, DDP_MAX);
     if (r < 0)
         return trainer_fail(t, r, "agreeing whether to stop: %s", ddp_last_error(t->g));
-    *ret_stop = flag != 0;
+    t->stopped_by = sig;
+    *ret_stop = sig != 0;
     return 0;
 }
 
@@ -53,11 +63,11 @@ static int trainer_load_data(trainer *t) {
     if (e < 0)
         return trainer_fail(t, e, "%s", err);
     if ((size_t)s->sizes[0] != t->data.train.dim)
-        return trainer_fail(t, -EINVAL, "model '%s' takes %d inputs but the images in %s have %zu pixels", s->name,
-                            s->sizes[0], t->opts->data, t->data.train.dim);
+        return trainer_refuse(t, -EINVAL, "model '%s' takes %d inputs but the images in %s have %zu pixels", s->name,
+                              s->sizes[0], t->opts->data, t->data.train.dim);
     if ((unsigned)s->sizes[s->n_layers] != t->data.n_classes)
-        return trainer_fail(t, -EINVAL, "model '%s' has %d outputs but %s has %u classes", s->name,
-                            s->sizes[s->n_layers], t->opts->data, t->data.n_classes);
+        return trainer_refuse(t, -EINVAL, "model '%s' has %d outputs but %s has %u classes", s->name,
+                              s->sizes[s->n_layers], t->opts->data, t->data.n_classes);
     return 0;
 }
 
@@ -74,6 +84,8 @@ static int trainer_join(trainer *t) {
     if (t->mode->join)
         t->mode->join(&go, &t->buckets, o->devices != NULL);
     int r = ddp_init(&go, &t->g);
+    if (r == -EINVAL) /* the options or the environment (WORLD_SIZE, RANK, ...), or the job's are other */
+        return trainer_refuse(t, r, "joining the job: %s", ddp_last_error(NULL));
     if (r < 0)
         return trainer_fail(t, r, "joining the job: %s", ddp_last_error(NULL));
     t->rank = ddp_rank(t->g);
@@ -90,13 +102,13 @@ static int trainer_check_transport(trainer *t) {
         for (const char *const *name = sync_mode_names; *name; name++)
             if (sync_mode_find(*name)->device_all_reduce)
                 snprintf(able + strlen(able), sizeof(able) - strlen(able), "%s%s", able[0] ? " or " : "", *name);
-        return trainer_fail(t, -EINVAL, "--transport nccl: only --mode %s all-reduces between peers", able);
+        return trainer_refuse(t, -EINVAL, "--transport nccl: only --mode %s all-reduces between peers", able);
     }
     if (o->devices)
-        return trainer_fail(t, -EINVAL, "--transport nccl: one device per rank; --devices splits the model");
+        return trainer_refuse(t, -EINVAL, "--transport nccl: one device per rank; --devices splits the model");
     if (!t->devices[0].ops->peer_all_reduce_avg)
-        return trainer_fail(t, -ENOTSUP, "--transport nccl: needs --device cuda and a build with NCCL (this %s)",
-                            t->devices[0].device >= 0 ? "build has none" : "is the CPU");
+        return trainer_refuse(t, -ENOTSUP, "--transport nccl: needs --device cuda and a build with NCCL (this %s)",
+                              t->devices[0].device >= 0 ? "build has none" : "is the CPU");
     return 0;
 }
 
@@ -147,27 +159,28 @@ int trainer_open(trainer *t, const worker_options *o) {
     memset(t, 0, sizeof(*t));
     t->opts = o;
     if (!(t->mode = sync_mode_find(o->mode)))
-        return trainer_fail(t, -EINVAL, "--mode '%s' is not a sync mode", o->mode);
+        return trainer_refuse(t, -EINVAL, "--mode '%s' is not a sync mode", o->mode);
     model_spec spec;
     char err[512];
     int r = model_spec_parse(o->model, &spec, err, sizeof(err));
     if (r < 0)
-        return trainer_fail(t, r, "--model: %s", err);
+        return trainer_refuse(t, r, "--model: %s", err);
     t->m.spec = spec;
     if (o->devices && spec.n_layers < 2)
-        return trainer_fail(t, -EINVAL, "--devices: model '%s' has one layer, nothing to split", spec.name);
+        return trainer_refuse(t, -EINVAL, "--devices: model '%s' has one layer, nothing to split", spec.name);
     bucket_plan_make(&t->buckets, &spec, o->bucket_mb, model_split_layer(&spec, o->devices ? 2 : 1));
     TRY(trainer_join(t));
+    TRY(resume_check(t));
     t->global_batch = o->batch_size;
     if (o->batch_size % t->world)
-        return trainer_fail(t, -EINVAL, "--batch-size %d does not split evenly over %d workers", o->batch_size,
-                            t->world);
+        return trainer_refuse(t, -EINVAL, "--batch-size %d does not split evenly over %d workers", o->batch_size,
+                              t->world);
     t->local_batch = o->batch_size / t->world;
 
     TRY(trainer_load_data(t));
     sampler_kind kind;
     if (sampler_kind_from_string(o->sampler, &kind) < 0)
-        return trainer_fail(t, -EINVAL, "--sampler '%s': use partition or global", o->sampler);
+        return trainer_refuse(t, -EINVAL, "--sampler '%s': use partition or global", o->sampler);
     if ((r = sampler_init(&t->smp, kind, t->data.train.n, t->rank, t->world, (size_t)t->global_batch, (uint64_t)o->seed,
                           err, sizeof(err))) < 0)
         return trainer_fail(t, r, "%s", err);
@@ -309,8 +322,7 @@ void trainer_close(trainer *t) {
     if (t->sampler_ready)
         sampler_free(&t->smp);
     dataset_free(&t->data);
-    if (t->metrics)
-        fclose(t->metrics);
+    metrics_close(t);
     ddp_finalize(t->g);
     t->g = NULL;
 }

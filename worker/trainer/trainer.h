@@ -43,6 +43,7 @@ typedef struct {
     char *transport;
     char *checkpoint;
     bool resume;
+    bool overwrite;
     char *metrics;
     char *sampler;
     int blas_threads;
@@ -73,11 +74,16 @@ typedef struct trainer {
     sync_times times;
     double test_loss; /* MSE models: the last evaluation */
     FILE *metrics;
-    char error[768]; /* what went wrong, for the caller to print */
+    char metrics_path[4096]; /* this rank's --metrics, %r expanded */
+    int metrics_error;       /* the errno that ended the metrics, or 0 */
+    int stopped_by;          /* the signal the ranks agreed to stop on (a checkpoint was written), or 0 */
+    bool usage_error;        /* the error is the flags' or the environment's: ddp-worker exits 2 */
+    char error[768];         /* what went wrong, for the caller to print */
 } trainer;
 
-/* Set by ddp-worker's SIGTERM/SIGINT handler: the ranks agree to stop (every
- * TRAINER_STOP_CHECK_STEPS steps), rank 0 writes a checkpoint, and trainer_run returns. */
+/* The signal ddp-worker's SIGTERM/SIGINT/SIGHUP handler saw: the ranks agree to stop
+ * (every TRAINER_STOP_CHECK_STEPS steps), rank 0 writes a checkpoint, and trainer_run
+ * returns with t->stopped_by set to it. */
 extern volatile sig_atomic_t trainer_stop_signal;
 #define TRAINER_STOP_CHECK_STEPS 8
 
@@ -86,19 +92,27 @@ int trainer_open(trainer *t, const worker_options *opts);
 int trainer_run(trainer *t);
 void trainer_close(trainer *t);
 
-/* Records what went wrong in t->error; returns err. */
+/* Records what went wrong in t->error; returns err. trainer_refuse: the same for what the
+ * flags or the environment ask that cannot be done (a usage error). */
 int trainer_fail(trainer *t, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int trainer_refuse(trainer *t, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* device.c: --devices A,B (each cpu, cuda:K, or a bare GPU number K), else one --device
  * (cpu, cuda: LOCAL_RANK's GPU, or cuda:K) into t->devices. */
 int devices_open(trainer *t);
 /* evaluate.c: accuracy (or mean loss, for MSE models) on the test split, each rank a slice. */
 int evaluate(trainer *t, double *ret_metric);
-/* metrics.c: --metrics FILE (rank 0's; with %r in the name, every rank's own) opened, and
- * one JSON line of kind "step" or "epoch" written to it. */
+/* metrics.c: --metrics FILE (rank 0's; with %r in the name, every rank's own) opened (a
+ * resumed run continues it, without the lines past the checkpoint), one JSON line of kind
+ * "step" or "epoch" written to it, and closed. A write that fails is said once and kept
+ * in t->metrics_error: ddp-worker then exits 1. */
 int metrics_open(trainer *t);
 void metrics_write(trainer *t, const char *kind, double loss, double accuracy, double samples_per_s, double seconds);
+void metrics_close(trainer *t);
 /* resume.c: rank 0 writes --checkpoint; --resume reads it on rank 0 and gives every rank
- * the same state (a checkpoint may live on one host only). */
+ * the same state (a checkpoint may live on one host only). resume_check, at start-up on
+ * rank 0: the path can be written, and a checkpoint there is not overwritten by a fresh
+ * run unless --overwrite says so. */
+int resume_check(trainer *t);
 int resume_save(trainer *t);
 int resume_load(trainer *t);

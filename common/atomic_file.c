@@ -1,0 +1,150 @@
+#define _GNU_SOURCE /* mkostemp */
+#include "common/atomic_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *file_kind(mode_t mode) {
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "not a regular file";
+}
+
+/* The file that writing to path replaces, in ret (PATH_MAX): path itself, or where its
+ * symlinks lead; checked to be a regular file or nothing, in a writable directory. */
+static int resolve_target(const char *path, const char *flag, char *ret, char *err, size_t err_size) {
+    struct stat st;
+    if (!path || !*path) {
+        snprintf(err, err_size, "%s: an empty path", flag);
+        return -EINVAL;
+    }
+    if (stat(path, &st) == 0) { /* it exists: through any symlinks, it must be a regular file */
+        if (!S_ISREG(st.st_mode)) {
+            snprintf(err, err_size, "%s %s: %s, not a regular file", flag, path, file_kind(st.st_mode));
+            return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+        }
+        if (!realpath(path, ret)) {
+            int r = -errno;
+            snprintf(err, err_size, "%s %s: %s", flag, path, strerror(-r));
+            return r;
+        }
+        return 0;
+    }
+    if (errno != ENOENT || lstat(path, &st) == 0) { /* a dangling symlink lands here too */
+        int r = errno == ENOENT ? -ENOENT : -errno;
+        snprintf(err, err_size, "%s %s: %s", flag, path,
+                 r == -ENOENT ? "a symlink to nothing: point it at a file or remove it" : strerror(-r));
+        return r;
+    }
+    /* Not there yet: the directory must be. */
+    char dir_copy[PATH_MAX], base_copy[PATH_MAX], dir[PATH_MAX];
+    if (strlen(path) >= sizeof(dir_copy)) {
+        snprintf(err, err_size, "%s: the path is too long", flag);
+        return -ENAMETOOLONG;
+    }
+    snprintf(dir_copy, sizeof(dir_copy), "%s", path);
+    snprintf(base_copy, sizeof(base_copy), "%s", path);
+    const char *d = dirname(dir_copy), *b = basename(base_copy);
+    int r = realpath(d, dir) ? 0 : -errno;
+    if (r == 0 && (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)))
+        r = -ENOTDIR;
+    if (r < 0) {
+        snprintf(err, err_size, "%s %s: the directory %s %s", flag, path, d,
+                 r == -ENOENT    ? "does not exist"
+                 : r == -ENOTDIR ? "is not a directory"
+                                 : strerror(-r));
+        return r;
+    }
+    if ((size_t)snprintf(ret, PATH_MAX, "%s/%s", strcmp(dir, "/") == 0 ? "" : dir, b) >= PATH_MAX) {
+        snprintf(err, err_size, "%s: the path is too long", flag);
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+/* The target, resolved, in a directory this process may write to. */
+static int prepare(const char *path, const char *flag, char *ret_target, char *err, size_t err_size) {
+    char dir[PATH_MAX];
+    int r = resolve_target(path, flag, ret_target, err, err_size);
+    if (r < 0)
+        return r;
+    snprintf(dir, sizeof(dir), "%s", ret_target);
+    if (access(dirname(dir), W_OK | X_OK) < 0) {
+        r = -errno;
+        snprintf(err, err_size, "%s %s: cannot write in %s: %s", flag, path, dir, strerror(-r));
+        return r;
+    }
+    return 0;
+}
+
+int atomic_file_check(const char *path, const char *flag, char *err, size_t err_size) {
+    char target[PATH_MAX];
+    return prepare(path, flag, target, err, err_size);
+}
+
+int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *flag, char *err, size_t err_size) {
+    f->fd = -1;
+    int r = prepare(path, flag, f->target, err, err_size);
+    if (r < 0)
+        return r;
+    char dir[PATH_MAX], base[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", f->target);
+    snprintf(base, sizeof(base), "%s", f->target);
+    /* Hidden and unique: never anyone else's file, never followed through a link. */
+    if ((size_t)snprintf(f->tmp, sizeof(f->tmp), "%s/.%s.XXXXXX", dirname(dir), basename(base)) >= sizeof(f->tmp)) {
+        snprintf(err, err_size, "%s %s: the path is too long", flag, path);
+        return -ENAMETOOLONG;
+    }
+    f->fd = mkostemp(f->tmp, O_CLOEXEC);
+    if (f->fd < 0 || fchmod(f->fd, mode) < 0) {
+        r = -errno;
+        snprintf(err, err_size, "%s %s: cannot create a file beside it: %s", flag, path, strerror(-r));
+        atomic_file_abort(f);
+        return r;
+    }
+    return 0;
+}
+
+int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_size) {
+    int r = 0;
+    if (fsync(f->fd) < 0)
+        r = -errno;
+    if (close(f->fd) < 0 && r == 0)
+        r = -errno;
+    f->fd = -1;
+    if (r == 0 && rename(f->tmp, f->target) < 0)
+        r = -errno;
+    if (r < 0) {
+        snprintf(err, err_size, "%s %s: cannot write it: %s", flag, f->target, strerror(-r));
+        unlink(f->tmp);
+        return r;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", f->target);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) < 0) {
+        r = -errno;
+        snprintf(err, err_size, "%s %s: written, but the directory could not be synced: %s", flag, f->target,
+                 strerror(-r));
+    }
+    if (dfd >= 0)
+        close(dfd);
+    return r;
+}
+
+void atomic_file_abort(atomic_file *f) {
+    if (f->fd >= 0) {
+        close(f->fd);
+        unlink(f->tmp);
+    }
+    f->fd = -1;
+}

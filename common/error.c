@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* strerrordesc_np */
 #include "common/error.h"
 
 #include <string.h>
@@ -32,6 +33,8 @@ const char *error_string(int err) {
     for (size_t i = 0; i < sizeof(error_table) / sizeof(error_table[0]); i++)
         if (error_table[i].code == -err)
             return error_table[i].text;
-    /* glibc's strerror returns static text for every errno it knows. */
-    return strerror(-err);
+    /* Static text for every errno glibc knows (strerror's buffer for the others would be
+     * overwritten by the next call, on any thread). */
+    const char *text = strerrordesc_np(-err);
+    return text ? text : "unknown error";
 }

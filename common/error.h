@@ -20,7 +20,8 @@
  *  -ENOSPC          a per-job limit (store size, number of jobs) was reached
  */
 
-/* A human description of err (negative or zero); never NULL. */
+/* A human description of err (negative or zero); never NULL, static, the same on every
+ * thread and call. */
 const char *error_string(int err);
 
 /* Evaluate a call that returns 0 or a negative error; return the error from the caller. */

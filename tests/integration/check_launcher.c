@@ -240,6 +240,22 @@ START_TEST(test_timeout_getter) {
 }
 END_TEST
 
+/* The API's edges on a real group: a NULL request is -EINVAL, not a crash; after its own
+ * ddp_abort a rank's ddp_job_status says the job is over. */
+START_TEST(test_api_edges) {
+    const char *args[] = {"-n", "1", "--", "member", "--barriers", "0", "--edges", "1", NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 0);
+    char line[96];
+    snprintf(line, sizeof(line), "[rank 0] async without a request: -%d", EINVAL);
+    assert_output_has(&p, line);
+    snprintf(line, sizeof(line), "[rank 0] after abort: job status -%d: job 'default' aborted by this rank: testing",
+             ECONNABORTED);
+    assert_output_has(&p, line);
+    proc_close(&p);
+}
+END_TEST
+
 /* ddp_job_status: 0 while the job runs, then the code that ended it, with the reason. */
 START_TEST(test_job_status) {
     const char *args[] = {"-n", "3", "--", "member", "--barriers", "1", "--status", "1", NULL};
@@ -375,6 +391,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_socket_directory_removed);
     tcase_add_test(tc, test_store);
     tcase_add_test(tc, test_timeout_getter);
+    tcase_add_test(tc, test_api_edges);
     tcase_add_test(tc, test_job_status);
     tcase_add_test(tc, test_output_prefixed);
     tcase_add_test(tc, test_private_ddpd_verbose);

@@ -8,7 +8,9 @@
  * --store 1: rank 0 sets "greeting" after a while, every rank gets it ("store got 'V' (N
  * bytes)"), then every rank gets a key nobody sets ("store_get failed: ...").
  * --status 1: the last rank aborts the job ("rank N gives up"); the others poll
- * ddp_job_status until it says so ("job status CODE: LAST_ERROR"), at most 10 s. */
+ * ddp_job_status until it says so ("job status CODE: LAST_ERROR"), at most 10 s.
+ * --edges 1: the API's edges on a real group: "async without a request: CODE", then every
+ * rank aborts and says "after abort: job status CODE: LAST_ERROR". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +19,7 @@
 #include "ddp/ddp.h"
 
 int main(int argc, char **argv) {
-    int barriers = 1, hang_at = -1, store = 0, status = 0;
+    int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
@@ -27,6 +29,8 @@ int main(int argc, char **argv) {
             store = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--status") == 0)
             status = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--edges") == 0)
+            edges = atoi(argv[i + 1]);
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -65,6 +69,13 @@ int main(int argc, char **argv) {
             printf("store got '%s' (%zu bytes)\n", value, size);
         if ((r = ddp_store_get(g, "never set", value, sizeof(value), &size)) < 0)
             printf("store_get failed: %d (%s): %s\n", r, ddp_strerror(r), ddp_last_error(g));
+    }
+    if (edges) {
+        int x = 1;
+        printf("async without a request: %d\n", ddp_all_reduce_async(g, &x, 1, DDP_I32, DDP_SUM, NULL));
+        ddp_abort(g, "testing the edges");
+        r = ddp_job_status(g);
+        printf("after abort: job status %d: %s\n", r, ddp_last_error(g));
     }
     if (status) {
         if (ddp_rank(g) == ddp_world_size(g) - 1) {

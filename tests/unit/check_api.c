@@ -61,6 +61,37 @@ START_TEST(test_options_size) {
 }
 END_TEST
 
+/* ddp_init with nowhere to put the group fails before it joins anything. */
+START_TEST(test_init_without_ret) {
+    ck_assert_int_eq(ddp_init(NULL, NULL), -EINVAL);
+    ck_assert_msg(strstr(ddp_last_error(NULL), "ret_group is NULL"), "%s", ddp_last_error(NULL));
+}
+END_TEST
+
+/* ddp_strerror's text is static: an unknown code's does not change under a later call. */
+START_TEST(test_strerror) {
+    const char *a = ddp_strerror(-4095);
+    ck_assert_str_eq(a, "unknown error");
+    ck_assert_str_eq(ddp_strerror(-4000), "unknown error");
+    ck_assert_str_eq(a, "unknown error");
+    ck_assert_str_eq(ddp_strerror(-ETIMEDOUT), "timed out");
+    ck_assert_str_eq(ddp_strerror(-ENOTDIR), "Not a directory");
+}
+END_TEST
+
+/* After ddp_interrupt (a signal handler's call) a ddp_init ends at once with -EINTR, here
+ * where it would otherwise wait its 10 s for a coordinator that is not there. */
+START_TEST(test_interrupt) {
+    ck_assert_int_eq(ddp_interrupt(), 0);
+    ddp_options o = DDP_OPTIONS_INIT;
+    o.world_size = 2;
+    o.coordinator = "tcp://127.0.0.1:1";
+    ddp_group *g = NULL;
+    ck_assert_int_eq(ddp_init(&o, &g), -EINTR);
+    ck_assert_msg(strstr(ddp_last_error(NULL), "interrupted"), "%s", ddp_last_error(NULL));
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("api");
     TCase *core = tcase_create("core"), *bad = tcase_create("malformed");
@@ -68,6 +99,9 @@ int main(int argc, char **argv) {
     tcase_set_timeout(bad, 30);
     tcase_add_test(core, test_version);
     tcase_add_test(core, test_options_init);
+    tcase_add_test(core, test_strerror);
+    tcase_add_test(core, test_interrupt);
+    tcase_add_test(bad, test_init_without_ret);
     tcase_add_test(bad, test_null_group);
     tcase_add_loop_test(bad, test_options_size, 0, 3);
     suite_add_tcase(s, core);

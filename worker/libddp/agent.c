@@ -1,5 +1,6 @@
 #include "worker/libddp/agent.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,24 @@ static void agent_forward(agent *a) {
     }
 }
 
+/* ddp_interrupt(): a flag for the threads, and an eventfd that never empties, to wake
+ * them; made once, before any agent runs, and kept for the life of the process. */
+static volatile sig_atomic_t interrupted;
+static int interrupt_fd = -1;
+static pthread_once_t interrupt_once = PTHREAD_ONCE_INIT;
+
+static void interrupt_fd_make(void) {
+    interrupt_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+int agent_interrupt(void) {
+    interrupted = 1;
+    uint64_t one = 1;
+    if (interrupt_fd >= 0 && write(interrupt_fd, &one, sizeof(one)) < 0)
+        return -errno;
+    return 0;
+}
+
 static void *agent_main(void *arg) {
     agent *a = arg;
     uint64_t start = clock_now_ms(), last_heard = 0, next_beat = start;
@@ -111,11 +130,21 @@ static void *agent_main(void *arg) {
                 heard ? last_heard + (uint64_t)interval * liveness + 1 : start + (uint64_t)a->connect_timeout_ms;
             deadline = silence < deadline ? silence : deadline;
         }
-        zmq_pollitem_t items[2] = {{.socket = a->control, .events = ZMQ_POLLIN},
-                                   {.socket = a->agent_pipe, .events = ZMQ_POLLIN}};
-        int n = zmq_poll(items, 2, clock_ms_until(deadline));
+        zmq_pollitem_t items[3] = {{.socket = a->control, .events = ZMQ_POLLIN},
+                                   {.socket = a->agent_pipe, .events = ZMQ_POLLIN},
+                                   {.fd = interrupt_fd, .events = ZMQ_POLLIN}};
+        int n = zmq_poll(items, failed || interrupt_fd < 0 ? 2 : 3, clock_ms_until(deadline));
         if (n < 0 && zmq_errno() == ETERM)
             break;
+        if (interrupted && !failed) { /* every wait on this group ends, with this reason */
+            agent_event *ev = calloc(1, sizeof(*ev));
+            if (ev) {
+                ev->failure = -EINTR;
+                snprintf(ev->text, sizeof(ev->text), "interrupted: the program called ddp_interrupt (a signal)");
+                agent_post(a, ev);
+            }
+            failed = true;
+        }
 
         if (n > 0 && (items[1].revents & ZMQ_POLLIN)) {
             char cmd = 0;
@@ -185,10 +214,12 @@ static void agent_routing_id(uint8_t *id, size_t size) {
 }
 
 int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms) {
+    pthread_once(&interrupt_once, interrupt_fd_make);
     static _Atomic unsigned long pipe_counter;
     char pipe_name[64];
     snprintf(pipe_name, sizeof(pipe_name), "inproc://ddp-agent-%lu", (unsigned long)pipe_counter++);
     *a = (agent){.zmq_ctx = zmq_ctx, .connect_timeout_ms = connect_timeout_ms};
+    atomic_flag_clear(&a->end.raised);
     a->end.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (a->end.fd < 0)
         return -errno;

@@ -45,6 +45,10 @@ void agent_set_progress(agent *a, uint64_t step, double samples_per_s);
 /* on < 0 clears: no longer waiting. */
 void agent_set_waiting(agent *a, int on, const char *what);
 
+/* Ends every wait of every group in this process (async-signal-safe): each control thread
+ * then raises its job's end with -EINTR. For ddp_interrupt(). */
+int agent_interrupt(void);
+
 /* Connects to the coordinator and starts the thread. */
 int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms);
 /* Sends env to ddpd through the agent, with one payload frame when bytes > 0. */

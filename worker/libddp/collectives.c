@@ -246,6 +246,8 @@ DDP_EXPORT int ddp_reduce_scatter(ddp_group *g, const void *send, void *recv, si
 
 DDP_EXPORT int ddp_all_reduce_async(ddp_group *g, void *buf, size_t count, ddp_dtype t, ddp_op op,
                                     ddp_request **ret_req) {
+    if (!ret_req)
+        return g ? group_fail(g, -EINVAL, "all_reduce_async: ret_req is NULL") : -EINVAL;
     coll_args a;
     TRY(coll_prepare(g, &a, COLL_ALL_REDUCE, buf, buf, count, t, (int)op, 0));
     ddp_request *req = calloc(1, sizeof(*req));

@@ -242,6 +242,10 @@ static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_pee
 
 DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
     init_error[0] = '\0';
+    if (!ret_group) { /* before joining: a member nobody holds would block the job */
+        snprintf(init_error, sizeof(init_error), "ddp_init: ret_group is NULL");
+        return -EINVAL;
+    }
     group_settings s;
     int r = settings_resolve(opts, &s);
     if (r < 0)
@@ -307,9 +311,18 @@ fail:
     if (!init_error[0])
         snprintf(init_error, sizeof(init_error), "%s", error_string(r));
     g->failed = r; /* nothing queued for a peer during init is worth waiting for */
-    agent_stop(&g->agent, NULL);
+    /* Interrupted while the job formed: ddpd frees our place at once, not after silence. */
+    Ddp__Leave leave_body = DDP__LEAVE__INIT;
+    Ddp__Envelope leave;
+    group_envelope(g, &leave, DDP__MSG_TYPE__LEAVE);
+    leave.leave = &leave_body;
+    agent_stop(&g->agent, r == -EINTR ? &leave : NULL);
     group_free(g);
     return r;
+}
+
+DDP_EXPORT int ddp_interrupt(void) {
+    return agent_interrupt();
 }
 
 DDP_EXPORT int ddp_abort(ddp_group *g, const char *reason) {
@@ -331,7 +344,13 @@ DDP_EXPORT int ddp_abort(ddp_group *g, const char *reason) {
     Ddp__Envelope env;
     group_envelope(g, &env, DDP__MSG_TYPE__ABORT);
     env.abort = &body;
-    return agent_send(&g->agent, &env); /* the Leave of ddp_finalize follows it on the same connection */
+    int r = agent_send(&g->agent, &env); /* the Leave of ddp_finalize follows it on the same connection */
+    /* The job is over here too, at once: not only when ddpd's Abort comes back. */
+    char why[DDP_MAX_REASON + 64];
+    snprintf(why, sizeof(why), "job '%s' aborted by this rank: %.400s", g->job, text);
+    job_end_raise(&g->agent.end, -ECONNABORTED, why);
+    g->failed = group_fail(g, -ECONNABORTED, "%s", why);
+    return r;
 }
 
 DDP_EXPORT void ddp_finalize(ddp_group *g) {

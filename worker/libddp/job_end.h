@@ -1,5 +1,6 @@
-/* The end of a job, as the control thread learns it (an Abort from ddpd, or ddpd lost):
- * raised once, read by every wait that must give up with it, on any thread. */
+/* The end of a job, as the control thread learns it (an Abort from ddpd, ddpd lost, an
+ * interrupt) or as this rank decides it (ddp_abort): raised once, read by every wait that
+ * must give up with it, on any thread. */
 #pragma once
 #include <stdatomic.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 
 typedef struct {
     int fd;                         /* an eventfd, readable once code and text are set: for poll() */
+    atomic_flag raised;             /* taken by the one raise that counts */
     _Atomic int code;               /* the negative code that ended the job; 0 while it runs */
     char text[DDP_MAX_REASON + 64]; /* why, naming the rank */
 } job_end;
@@ -19,12 +21,13 @@ static inline int job_end_code(const job_end *e) {
     return atomic_load(&((job_end *)e)->code);
 }
 
-/* Records the end once (later calls change nothing) and wakes every poll on fd. */
+/* Records the end once, whichever thread comes first (later calls change nothing), and
+ * wakes every poll on fd. */
 static inline void job_end_raise(job_end *e, int code, const char *text) {
-    if (atomic_load(&e->code))
+    if (atomic_flag_test_and_set(&e->raised))
         return;
     snprintf(e->text, sizeof(e->text), "%s", text);
-    atomic_store(&e->code, code);
+    atomic_store(&e->code, code); /* after the text: a reader that sees the code sees why */
     uint64_t one = 1;
     ssize_t w = write(e->fd, &one, sizeof(one));
     (void)w;

@@ -78,7 +78,12 @@ static const config_spec worker_spec = {
 #define EXIT_FAILURE_RUN 1 /* training failed, or its metrics could not be written */
 #define EXIT_USAGE 2       /* the flags, the config file or the environment ask the impossible */
 
+/* In training, the ranks agree to stop between steps and write the checkpoint. Before it
+ * (joining, loading) there is nothing to keep, and on a second signal the user will not
+ * wait: libddp's waits end now. */
 static void on_stop(int sig) {
+    if (!trainer_training || trainer_stop_signal)
+        ddp_interrupt();
     trainer_stop_signal = sig;
 }
 
@@ -138,6 +143,8 @@ int main(int argc, char **argv) {
                 t.metrics_path, strerror(t.metrics_error));
         return EXIT_FAILURE_RUN;
     }
+    if (r < 0 && trainer_stop_signal) /* interrupted: what ended it was the signal */
+        return 128 + trainer_stop_signal;
     if (r < 0)
         return t.usage_error ? EXIT_USAGE : EXIT_FAILURE_RUN;
     /* Stopped by a signal, with the checkpoint written: not a finished run. */

@@ -16,6 +16,7 @@
 #define TOY_SEED 0x746f79u /* "toy", mixed into --seed */
 
 volatile sig_atomic_t trainer_stop_signal;
+volatile sig_atomic_t trainer_training;
 
 int trainer_fail(trainer *t, int err, const char *fmt, ...) {
     va_list ap;
@@ -215,6 +216,7 @@ int trainer_run(trainer *t) {
     int r = 0;
     double total_s = 0, last_accuracy = NAN;
     uint64_t total_samples = 0;
+    trainer_training = 1;
     if (t->rank == 0)
         printf("ddp-worker: %s mode, model %s (%zu parameters), %d workers, batch %d (%d each), %zu steps an epoch\n",
                t->mode->name, t->m.spec.name, t->m.spec.n_params, t->world, t->global_batch, t->local_batch,

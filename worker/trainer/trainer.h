@@ -85,6 +85,8 @@ typedef struct trainer {
  * (every TRAINER_STOP_CHECK_STEPS steps), rank 0 writes a checkpoint, and trainer_run
  * returns with t->stopped_by set to it. */
 extern volatile sig_atomic_t trainer_stop_signal;
+/* Set while trainer_run trains: a stop signal then waits for the ranks' agreement. */
+extern volatile sig_atomic_t trainer_training;
 #define TRAINER_STOP_CHECK_STEPS 8
 
 int trainer_open(trainer *t, const worker_options *opts);

@@ -68,6 +68,12 @@ int ddp_init(const ddp_options *opts, ddp_group **ret_group);
 int ddp_abort(ddp_group *g, const char *reason);
 /* Leaves the job and frees the group. NULL is a no-op. */
 void ddp_finalize(ddp_group *g);
+/* For a program's signal handler (async-signal-safe): every call of libddp that waits, in
+ * every group of this process, now or later, ends at once with -EINTR, and the groups are
+ * over; ddp_init in progress tells ddpd it left. libddp never installs a handler: without
+ * this, a signal the program handles leaves waits to their timeouts (as a wait in a
+ * collective must not end halfway because of, say, SIGCHLD). */
+int ddp_interrupt(void);
 
 /* The group's rank, world size, rank on this host, and the limit in ms of each barrier and
  * collective (ddp_options.timeout_ms, else $DDP_TIMEOUT_MS, else 60000: for waits outside
@@ -136,6 +142,8 @@ int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats);
  * ddpd (what ps mode pushes and pulls). */
 int ddp_get_peer_stats(const ddp_group *g, int peer, unsigned long long *ret_sent, unsigned long long *ret_received);
 
+/* A description of err: static text that no later call changes ("unknown error" for a code
+ * nobody knows). */
 const char *ddp_strerror(int err);
 /* What went wrong in the group's last failed call, e.g. "rank 2 (pid 4242 on lab1) died:
  * silent for 1500 ms"; "" when nothing has. With NULL: why this thread's last ddp_init()

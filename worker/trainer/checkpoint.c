@@ -22,6 +22,14 @@ typedef struct {
     uint32_t world_size, global_batch;
 } checkpoint_header;
 
+/* Version 2 adds, after the header, the settings that decide what training does next. */
+typedef struct {
+    char sampler[16];
+    double lr, momentum;
+} checkpoint_settings;
+
+_Static_assert(sizeof(checkpoint_header) == 128 && sizeof(checkpoint_settings) == 32, "the file's layout");
+
 /* Writes n bytes and folds them into crc. */
 static int write_all(int fd, const void *p, size_t n, uLong *crc) {
     for (const char *c = p; n > 0;) {
@@ -45,7 +53,7 @@ int checkpoint_write(const char *path, const checkpoint_info *info, const float 
     int r = atomic_file_open(&f, path, 0600, CHECKPOINT_FLAG, err, err_size);
     if (r < 0)
         return r;
-    checkpoint_header h = {.version = 1,
+    checkpoint_header h = {.version = 2,
                            .has_velocity = velocity != NULL,
                            .n_params = info->n_params,
                            .step = info->step,
@@ -56,9 +64,13 @@ int checkpoint_write(const char *path, const checkpoint_info *info, const float 
                            .global_batch = info->global_batch};
     memcpy(h.magic, CHECKPOINT_MAGIC, 8);
     snprintf(h.model, sizeof(h.model), "%s", info->model);
+    checkpoint_settings settings = {.lr = info->lr, .momentum = info->momentum};
+    snprintf(settings.sampler, sizeof(settings.sampler), "%s", info->sampler);
     uLong crc = crc32(0L, Z_NULL, 0);
     size_t bytes = info->n_params * sizeof(float);
     r = write_all(f.fd, &h, sizeof(h), &crc);
+    if (r == 0)
+        r = write_all(f.fd, &settings, sizeof(settings), &crc);
     if (r == 0)
         r = write_all(f.fd, params, bytes, &crc);
     if (r == 0 && velocity)
@@ -84,10 +96,17 @@ int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_
         return r;
     }
     checkpoint_header h;
+    checkpoint_settings settings = {0};
     int r = 0;
     uLong crc = crc32(0L, Z_NULL, 0);
-    if (fread(&h, sizeof(h), 1, f) != 1 || memcmp(h.magic, CHECKPOINT_MAGIC, 8) != 0 || h.version != 1) {
+    if (fread(&h, sizeof(h), 1, f) != 1 || memcmp(h.magic, CHECKPOINT_MAGIC, 8) != 0 || h.version < 1 ||
+        h.version > 2) {
         snprintf(err, err_size, "%s: not a ddp-worker checkpoint (bad magic or version)", path);
+        r = -EBADMSG;
+        goto out;
+    }
+    if (h.version >= 2 && fread(&settings, sizeof(settings), 1, f) != 1) {
+        snprintf(err, err_size, "%s: truncated: the checkpoint ends inside its settings", path);
         r = -EBADMSG;
         goto out;
     }
@@ -99,6 +118,8 @@ int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_
         goto out;
     }
     crc = crc32(crc, (const Bytef *)&h, sizeof(h));
+    if (h.version >= 2)
+        crc = crc32(crc, (const Bytef *)&settings, sizeof(settings));
     size_t bytes = h.n_params * sizeof(float);
     float *dst[2] = {params, velocity};
     for (int k = 0; k < (h.has_velocity ? 2 : 1); k++) {
@@ -142,8 +163,13 @@ int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_
                                   .seed = h.seed,
                                   .world_size = h.world_size,
                                   .global_batch = h.global_batch,
-                                  .has_velocity = h.has_velocity};
+                                  .has_velocity = h.has_velocity,
+                                  .has_settings = h.version >= 2,
+                                  .lr = settings.lr,
+                                  .momentum = settings.momentum};
     snprintf(ret_info->model, sizeof(ret_info->model), "%s", h.model);
+    settings.sampler[sizeof(settings.sampler) - 1] = '\0';
+    snprintf(ret_info->sampler, sizeof(ret_info->sampler), "%s", settings.sampler);
 out:
     fclose(f);
     return r;

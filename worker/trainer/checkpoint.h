@@ -2,10 +2,12 @@
  * parameters, the optimizer's velocity, and where training was (step, epoch, position in
  * the epoch; the samplers' order follows from the seed and the epoch).
  *
- * File: a fixed little-endian header, then params and velocity as float32, then a CRC-32
- * (zlib) of everything before it. Written to a temporary file, fsync'd and renamed over
+ * File: a fixed little-endian header, the settings training goes on with (sampler, SGD's
+ * lr and momentum: version 2; version 1 files lack them and are read too), then params and
+ * velocity as float32, then a CRC-32 (zlib) of everything before it. Written to a temporary file, fsync'd and renamed over
  * the old one, so a crash leaves the previous checkpoint or the new one, never half. */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +18,9 @@ typedef struct {
     uint64_t seed;
     uint32_t world_size, global_batch;
     uint32_t has_velocity;
+    bool has_settings; /* read: the file records the three below (version 2) */
+    char sampler[16];
+    double lr, momentum;
 } checkpoint_info;
 
 /* params and velocity are host arrays of info->n_params (velocity may be NULL). */

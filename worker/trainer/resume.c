@@ -2,6 +2,7 @@
  * rank 0 (checkpoint.c is the format) and read back by --resume. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "common/atomic_file.h"
@@ -47,8 +48,11 @@ int resume_save(trainer *t) {
                             .step_in_epoch = t->step_in_epoch,
                             .seed = (uint64_t)t->opts->seed,
                             .world_size = (uint32_t)t->world,
-                            .global_batch = (uint32_t)t->global_batch};
+                            .global_batch = (uint32_t)t->global_batch,
+                            .lr = t->opts->lr,
+                            .momentum = t->opts->momentum};
     snprintf(info.model, sizeof(info.model), "%s", m->spec.name);
+    snprintf(info.sampler, sizeof(info.sampler), "%s", t->opts->sampler);
     char err[512];
     int r = checkpoint_write(t->opts->checkpoint, &info, params, velocity, err, sizeof(err));
     free(params);
@@ -89,6 +93,13 @@ int resume_load(trainer *t) {
                                "continue the same run",
                                t->opts->checkpoint, info.global_batch, (unsigned long long)info.seed, t->global_batch,
                                t->opts->seed);
+        else if (info.has_settings && (strcmp(info.sampler, t->opts->sampler) != 0 || info.lr != t->opts->lr ||
+                                       info.momentum != t->opts->momentum))
+            r = trainer_refuse(t, -EINVAL,
+                               "--resume: %s was written with --sampler %s --lr %g --momentum %g, not --sampler %s "
+                               "--lr %g --momentum %g: it would not continue the same run",
+                               t->opts->checkpoint, info.sampler, info.lr, info.momentum, t->opts->sampler,
+                               t->opts->lr, t->opts->momentum);
         state[0] = r < 0 ? 1 : state[0];
         state[1] = info.step;
         state[2] = info.epoch;
@@ -111,8 +122,11 @@ int resume_load(trainer *t) {
     t->step = state[1];
     t->epoch = state[2];
     t->step_in_epoch = state[3];
-    if (t->rank == 0)
-        printf("ddp-worker: resumed from %s at step %llu (epoch %llu)\n", t->opts->checkpoint,
+    if (t->rank == 0 && t->step_in_epoch == 0)
+        printf("ddp-worker: resumed from %s at step %llu, after epoch %llu\n", t->opts->checkpoint,
+               (unsigned long long)t->step, (unsigned long long)t->epoch);
+    else if (t->rank == 0)
+        printf("ddp-worker: resumed from %s at step %llu, in epoch %llu\n", t->opts->checkpoint,
                (unsigned long long)t->step, (unsigned long long)t->epoch + 1);
     return 0;
 }

@@ -301,6 +301,13 @@ int trainer_run(trainer *t) {
         if ((r = resume_save(t)) < 0)
             return r;
     }
+    if (isnan(last_accuracy)) { /* resumed where the run had ended: say so, and how good it is */
+        if (t->rank == 0)
+            printf("ddp-worker: nothing left to train: the run is at step %llu, %llu epoch%s done\n",
+                   (unsigned long long)t->step, (unsigned long long)t->epoch, t->epoch == 1 ? "" : "s");
+        if ((r = evaluate(t, &last_accuracy)) < 0)
+            return r;
+    }
     if (t->rank == 0) /* one line for scripts, like the PyTorch anchor's RESULT */
         printf("RESULT world=%d model=%s mode=%s steps=%llu train_s=%.2f samples_per_s=%.0f test_%s=%.4f\n", t->world,
                t->m.spec.name, t->mode->name, (unsigned long long)t->step, total_s,

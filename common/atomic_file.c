@@ -19,9 +19,12 @@ static const char *file_kind(mode_t mode) {
                             : "not a regular file";
 }
 
+#define MAX_LINKS 40 /* as the kernel's ELOOP */
+
 /* The file that writing to path replaces, in ret (PATH_MAX): path itself, or where its
- * symlinks lead; checked to be a regular file or nothing, in a writable directory. */
-static int resolve_target(const char *path, const char *flag, char *ret, char *err, size_t err_size) {
+ * symlinks lead (a link to a file not there yet included); checked to be a regular file
+ * or nothing, in a directory that exists. */
+static int resolve_target(const char *path, const char *flag, char *ret, char *err, size_t err_size, int links) {
     struct stat st;
     if (!path || !*path) {
         snprintf(err, err_size, "%s: an empty path", flag);
@@ -39,11 +42,27 @@ static int resolve_target(const char *path, const char *flag, char *ret, char *e
         }
         return 0;
     }
-    if (errno != ENOENT || lstat(path, &st) == 0) { /* a dangling symlink lands here too */
-        int r = errno == ENOENT ? -ENOENT : -errno;
-        snprintf(err, err_size, "%s %s: %s", flag, path,
-                 r == -ENOENT ? "a symlink to nothing: point it at a file or remove it" : strerror(-r));
+    if (errno != ENOENT) {
+        int r = -errno;
+        snprintf(err, err_size, "%s %s: %s", flag, path, strerror(-r));
         return r;
+    }
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) { /* a link to a file not there yet: it is made there */
+        char link[PATH_MAX], next[PATH_MAX], dir_copy[PATH_MAX];
+        ssize_t n = readlink(path, link, sizeof(link) - 1);
+        if (n < 0 || links >= MAX_LINKS) {
+            int r = n < 0 ? -errno : -ELOOP;
+            snprintf(err, err_size, "%s %s: %s", flag, path, strerror(-r));
+            return r;
+        }
+        link[n] = '\0';
+        snprintf(dir_copy, sizeof(dir_copy), "%s", path);
+        if ((size_t)snprintf(next, sizeof(next), "%s%s%s", link[0] == '/' ? "" : dirname(dir_copy),
+                             link[0] == '/' ? "" : "/", link) >= sizeof(next)) {
+            snprintf(err, err_size, "%s: the path is too long", flag);
+            return -ENAMETOOLONG;
+        }
+        return resolve_target(next, flag, ret, err, err_size, links + 1);
     }
     /* Not there yet: the directory must be. */
     char dir_copy[PATH_MAX], base_copy[PATH_MAX], dir[PATH_MAX];
@@ -74,7 +93,7 @@ static int resolve_target(const char *path, const char *flag, char *ret, char *e
 /* The target, resolved, in a directory this process may write to. */
 static int prepare(const char *path, const char *flag, char *ret_target, char *err, size_t err_size) {
     char dir[PATH_MAX];
-    int r = resolve_target(path, flag, ret_target, err, err_size);
+    int r = resolve_target(path, flag, ret_target, err, err_size, 0);
     if (r < 0)
         return r;
     snprintf(dir, sizeof(dir), "%s", ret_target);

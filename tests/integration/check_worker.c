@@ -1,0 +1,457 @@
+/* ddp-worker with odd but plausible inputs, as a user's probe found them: paths that are
+ * not regular files, an existing checkpoint, signals at every stage, exit codes, metrics
+ * across a resume and on a full disk, a resume with other settings or nothing left to do.
+ * Each would have caught a bug it fixed. The device-node cases need root (a case of their
+ * own, skipped elsewhere). */
+#include <cJSON.h>
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "tests/check_main.h"
+#include "tests/integration/harness.h"
+#include "worker/trainer/checkpoint.h"
+
+#define WAIT_MS 60000     /* one launch, at most */
+#define CASE_TIMEOUT_S 90 /* a case, at most; under CTest's 120 s (tests/CMakeLists.txt) */
+#define MODEL "64-16-10"
+#define N_PARAMS (64 * 16 + 16 + 16 * 10 + 10)
+
+static char dir[64];
+
+static void setup(void) {
+    snprintf(dir, sizeof(dir), "/tmp/check_worker_%d", (int)getpid());
+    mkdir(dir, 0755);
+    idx_write_split(dir, "train", 256, 8, 1);
+    idx_write_split(dir, "t10k", 64, 8, 2);
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ddp-run -n n -- ddp-worker --data DIR --model 64-16-10 --batch-size 32 ARGS...; the exit code. */
+static int train_env(proc *p, int n, const char *const *args, const char *const *env) {
+    char n_text[8];
+    snprintf(n_text, sizeof(n_text), "%d", n);
+    const char *argv[48] = {DDP_RUN_PATH, "-n",  n_text,         "--", DDP_WORKER_PATH, "--data", dir,
+                            "--model",    MODEL, "--batch-size", "32"};
+    size_t k = 11;
+    for (size_t i = 0; args && args[i] && k < 47; i++)
+        argv[k++] = args[i];
+    argv[k] = NULL;
+    proc_start(p, argv, env);
+    return proc_wait(p, WAIT_MS);
+}
+
+static int train(proc *p, int n, const char *const *args) {
+    return train_env(p, n, args, NULL);
+}
+
+static void path_in_dir(char *buf, size_t size, const char *name) {
+    snprintf(buf, size, "%s/%s", dir, name);
+}
+
+static void assert_output(proc *p, const char *needle) {
+    ck_assert_msg(strstr(proc_output(p), needle), "expected '%s' in:\n%s", needle, proc_output(p));
+}
+
+static checkpoint_info read_info(const char *path) {
+    checkpoint_info expect = {.model = MODEL, .n_params = N_PARAMS}, info;
+    float *params = malloc(N_PARAMS * sizeof(float));
+    char err[512];
+    ck_assert_msg(checkpoint_read(path, &expect, &info, params, NULL, err, sizeof(err)) == 0, "%s", err);
+    free(params);
+    return info;
+}
+
+static char *read_bytes(const char *path, size_t *ret_size) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f, "%s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    *ret_size = (size_t)ftell(f);
+    rewind(f);
+    char *data = malloc(*ret_size + 1);
+    ck_assert_uint_eq(fread(data, 1, *ret_size, f), *ret_size);
+    fclose(f);
+    return data;
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f, "%s: %s", path, strerror(errno));
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return strdup(buf);
+}
+
+/* A FIFO at --checkpoint is refused at start-up (a usage error), named with the flag, and
+ * stays a FIFO; so is a FIFO among the data files, at once rather than blocking. */
+START_TEST(test_not_regular_files) {
+    char fifo[128];
+    path_in_dir(fifo, sizeof(fifo), "fifo");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    const char *args[] = {"--checkpoint", fifo, "--steps", "2", NULL};
+    proc p;
+    ck_assert_int_eq(train(&p, 1, args), 2);
+    assert_output(&p, "--checkpoint ");
+    assert_output(&p, "a FIFO, not a regular file");
+    ck_assert_msg(!strstr(proc_output(&p), "epoch"), "%s", proc_output(&p));
+    proc_close(&p);
+    struct stat st;
+    ck_assert_int_eq(lstat(fifo, &st), 0);
+    ck_assert(S_ISFIFO(st.st_mode));
+
+    char data[128], file[192];
+    path_in_dir(data, sizeof(data), "fifo-data");
+    mkdir(data, 0755);
+    idx_write_split(data, "train", 64, 8, 3);
+    snprintf(file, sizeof(file), "%s/t10k-images-idx3-ubyte.gz", data);
+    ck_assert_int_eq(mkfifo(file, 0600), 0);
+    snprintf(file, sizeof(file), "%s/t10k-labels-idx1-ubyte.gz", data);
+    ck_assert_int_eq(mkfifo(file, 0600), 0);
+    const char *fifo_data[] = {"--data", data, "--steps", "1", NULL};
+    ck_assert_int_ne(train(&p, 1, fifo_data), 0);
+    assert_output(&p, "t10k-images-idx3-ubyte.gz: not a regular file");
+    proc_close(&p);
+}
+END_TEST
+
+/* A symlink at --checkpoint is written through: it stays a link, its target gets the
+ * checkpoint, readable by its owner only. */
+START_TEST(test_symlink_written_through) {
+    char real[128], link[128];
+    path_in_dir(real, sizeof(real), "real.ckpt");
+    path_in_dir(link, sizeof(link), "link.ckpt");
+    ck_assert_int_eq(symlink(real, link), 0);
+    const char *args[] = {"--checkpoint", link, "--steps", "3", NULL};
+    proc p;
+    ck_assert_msg(train(&p, 1, args) == 0, "%s", proc_output(&p));
+    proc_close(&p);
+    struct stat st;
+    ck_assert_int_eq(lstat(link, &st), 0);
+    ck_assert(S_ISLNK(st.st_mode));
+    ck_assert_int_eq(stat(real, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    ck_assert_uint_eq(read_info(real).step, 3);
+    /* a link to a file in a directory that does not exist: refused, naming the flag */
+    char dangling[128];
+    path_in_dir(dangling, sizeof(dangling), "dangling.ckpt");
+    ck_assert_int_eq(symlink("/nonexistent-dir/x.ckpt", dangling), 0);
+    const char *bad[] = {"--checkpoint", dangling, "--steps", "1", NULL};
+    ck_assert_int_eq(train(&p, 1, bad), 2);
+    assert_output(&p, "the directory /nonexistent-dir does not exist");
+    proc_close(&p);
+}
+END_TEST
+
+/* A checkpoint directory that does not exist is found at start-up, not after an epoch,
+ * and the message names the flag, not an internal temporary file. */
+START_TEST(test_bad_checkpoint_directory) {
+    const char *args[] = {"--checkpoint", "/nonexistent-dir/x.ckpt", "--epochs", "1", NULL};
+    proc p;
+    ck_assert_int_eq(train(&p, 1, args), 2);
+    assert_output(&p, "--checkpoint /nonexistent-dir/x.ckpt: the directory /nonexistent-dir does not exist");
+    ck_assert_msg(!strstr(proc_output(&p), "epoch 1:") && !strstr(proc_output(&p), ".tmp"), "%s", proc_output(&p));
+    proc_close(&p);
+}
+END_TEST
+
+/* A fresh run does not overwrite a checkpoint: it refuses, saying how to resume or start
+ * over; --overwrite starts over. */
+START_TEST(test_existing_checkpoint) {
+    char ckpt[128];
+    path_in_dir(ckpt, sizeof(ckpt), "kept.ckpt");
+    const char *first[] = {"--checkpoint", ckpt, "--steps", "5", NULL};
+    proc p;
+    ck_assert_int_eq(train(&p, 1, first), 0);
+    proc_close(&p);
+    size_t n_before, n_after;
+    char *before = read_bytes(ckpt, &n_before);
+    const char *again[] = {"--checkpoint", ckpt, "--steps", "2", NULL};
+    ck_assert_int_eq(train(&p, 1, again), 2);
+    assert_output(&p, "exists: add --resume to continue from it, or --overwrite to start over");
+    proc_close(&p);
+    ck_assert_uint_eq(read_info(ckpt).step, 5);
+    char *after = read_bytes(ckpt, &n_after);
+    ck_assert(n_before == n_after && memcmp(before, after, n_before) == 0);
+    free(before);
+    free(after);
+    const char *over[] = {"--checkpoint", ckpt, "--steps", "2", "--overwrite", NULL};
+    ck_assert_int_eq(train(&p, 2, over), 0);
+    proc_close(&p);
+    ck_assert_uint_eq(read_info(ckpt).step, 2);
+    const char *both[] = {"--checkpoint", ckpt, "--resume", "--overwrite", NULL};
+    ck_assert_int_eq(train(&p, 1, both), 2);
+    assert_output(&p, "choose one");
+    proc_close(&p);
+}
+END_TEST
+
+/* SIGHUP (a closed terminal) stops the ranks like SIGTERM: checkpoint written, each rank
+ * exits 128+1 and says where it stopped. */
+START_TEST(test_sighup_keeps_the_checkpoint) {
+    char ckpt[128];
+    path_in_dir(ckpt, sizeof(ckpt), "hup.ckpt");
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    const char *argv[] = {DDP_WORKER_PATH, "--data",       dir,  "--model", MODEL, "--batch-size", "32", "--epochs",
+                          "100000",        "--checkpoint", ckpt, NULL};
+    proc w[2];
+    for (int r = 0; r < 2; r++)
+        rank_start(&w[r], &d, 2, r, "hup", argv);
+    ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&w[0]));
+    proc_signal(&w[1], SIGHUP); /* one rank's terminal: every rank stops with it */
+    for (int r = 0; r < 2; r++)
+        ck_assert_int_eq(proc_wait(&w[r], WAIT_MS), 128 + SIGHUP);
+    char line[256];
+    ck_assert_msg(proc_expect(&w[0], "stopped by a signal at step", 0, line, sizeof(line)), "%s", proc_output(&w[0]));
+    unsigned long long step = strtoull(strstr(line, "at step ") + 8, NULL, 10);
+    ck_assert_uint_eq(read_info(ckpt).step, step);
+    for (int r = 0; r < 2; r++)
+        proc_close(&w[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* Ctrl-C while the job forms ends the worker at once (it used to wait out the 300 s join
+ * timeout), exit 128+2, and ddpd hears that it left. Under ddp-run, a SIGTERM at
+ * rendezvous ends the ranks without the grace period's SIGKILL. */
+START_TEST(test_interrupted_while_forming) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    const char *argv[] = {DDP_WORKER_PATH, "--data", dir, "--model", MODEL, NULL};
+    proc w;
+    rank_start(&w, &d, 2, -1, "never", argv);
+    ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
+    uint64_t t0 = clock_now_ms();
+    proc_signal(&w, SIGINT);
+    ck_assert_int_eq(proc_wait(&w, WAIT_MS), 128 + SIGINT);
+    ck_assert_msg(clock_now_ms() - t0 < 5000, "took %llu ms", (unsigned long long)(clock_now_ms() - t0));
+    ck_assert_msg(proc_expect(&d.p, "left while forming", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    proc_close(&w);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+
+    /* ddp-run -n 2 of a job of 3: it never forms */
+    const char *launch[] = {DDP_RUN_PATH, "-n", "2",       "--verbose", "--grace-ms",   "20000", "--", DDP_WORKER_PATH,
+                            "--data",     dir,  "--model", MODEL,       "--world-size", "3",     NULL};
+    proc p;
+    proc_start(&p, launch, NULL);
+    ck_assert_msg(proc_expect(&p, "joined (2/3)", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    t0 = clock_now_ms();
+    proc_signal(&p, SIGTERM);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 128 + SIGTERM);
+    ck_assert_msg(clock_now_ms() - t0 < 10000, "took %llu ms", (unsigned long long)(clock_now_ms() - t0));
+    ck_assert_msg(!strstr(proc_output(&p), "SIGKILL"), "%s", proc_output(&p));
+    proc_close(&p);
+}
+END_TEST
+
+/* Usage errors exit 2, as the README's table says, whether they come from a flag, a
+ * batch that does not split, or the environment. */
+START_TEST(test_usage_exit_codes) {
+    static const struct {
+        const char *what;
+        const char *args[6];
+        const char *env;
+        int n;
+        const char *expected;
+    } cases[] = {
+        {"model", {"--model", "garbage"}, NULL, 1, "unknown model 'garbage'"},
+        {"device", {"--device", "gpu"}, NULL, 1, "--device 'gpu': use cpu, cuda or cuda:K"},
+        {"devices", {"--model", "64-10", "--devices", "cpu,cpu"}, NULL, 1, "has one layer, nothing to split"},
+        {"timeout", {NULL}, "DDP_TIMEOUT_MS=soon", 1, "DDP_TIMEOUT_MS='soon' is not an integer"},
+        {"config", {"--config", "/dev/zero"}, NULL, 1, "/dev/zero: not a regular file"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *env[] = {cases[i].env, NULL};
+        proc p;
+        int code = train_env(&p, cases[i].n, cases[i].args, env);
+        ck_assert_msg(code == 2, "%s: exit %d, not 2:\n%s", cases[i].what, code, proc_output(&p));
+        assert_output(&p, cases[i].expected);
+        proc_close(&p);
+    }
+    /* A batch that does not split over 4: the rank that finds it first exits 2 (the others
+     * may find it too, or fail with 1 naming it: its abort can reach them first). */
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    const char *split[] = {DDP_WORKER_PATH, "--data", dir, "--model", MODEL, "--batch-size", "30", NULL};
+    proc r4[4];
+    for (int r = 0; r < 4; r++)
+        rank_start(&r4[r], &d, 4, r, "split", split);
+    int usage = 0;
+    for (int r = 0; r < 4; r++) {
+        int code = proc_wait(&r4[r], WAIT_MS);
+        ck_assert_msg(code == 2 || code == 1, "rank %d: exit %d: %s", r, code, proc_output(&r4[r]));
+        if (code == 2) {
+            ck_assert_msg(strstr(proc_output(&r4[r]), "--batch-size 30 does not split evenly over 4 workers"), "%s",
+                          proc_output(&r4[r]));
+            usage++;
+        }
+        proc_close(&r4[r]);
+    }
+    ck_assert_int_ge(usage, 1);
+    /* RANK out of range for the world, given to the worker itself */
+    const char *argv[] = {DDP_WORKER_PATH, "--data", dir, "--model", MODEL, NULL};
+    proc w;
+    rank_start(&w, &d, 2, 7, "bad-rank", argv);
+    ck_assert_int_eq(proc_wait(&w, WAIT_MS), 2);
+    ck_assert_msg(strstr(proc_output(&w), "RANK='7'"), "%s", proc_output(&w));
+    proc_close(&w);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* Counts a metrics file's step and epoch lines, and whether any is past max_step. */
+static void count_lines(const char *path, int *ret_steps, int *ret_epochs, double *ret_last_step) {
+    char *text = read_text(path);
+    *ret_steps = *ret_epochs = 0;
+    *ret_last_step = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        ck_assert_msg(j, "not JSON: %s", line);
+        const char *type = cJSON_GetObjectItem(j, "type")->valuestring;
+        *ret_steps += !strcmp(type, "step");
+        *ret_epochs += !strcmp(type, "epoch");
+        double step = cJSON_GetObjectItem(j, "step")->valuedouble;
+        *ret_last_step = step > *ret_last_step ? step : *ret_last_step;
+        cJSON_Delete(j);
+    }
+    free(text);
+}
+
+/* --resume continues --metrics: the first epoch's lines stay, lines written after the
+ * checkpoint (lost work) go, the second epoch's follow. */
+START_TEST(test_metrics_across_resume) {
+    char ckpt[128], metrics[128];
+    path_in_dir(ckpt, sizeof(ckpt), "m.ckpt");
+    path_in_dir(metrics, sizeof(metrics), "m.jsonl");
+    const char *first[] = {"--checkpoint", ckpt, "--metrics", metrics, "--epochs", "1", NULL};
+    proc p;
+    ck_assert_int_eq(train(&p, 1, first), 0);
+    proc_close(&p);
+    int steps, epochs;
+    double last;
+    count_lines(metrics, &steps, &epochs, &last);
+    ck_assert_int_eq(steps, 8); /* 256 samples, batch 32 */
+    ck_assert_int_eq(epochs, 1);
+    FILE *f = fopen(metrics, "a"); /* what a run that died after the checkpoint would have left */
+    fputs("{\"type\":\"step\",\"step\":999,\"loss\":1}\n", f);
+    fclose(f);
+    const char *second[] = {"--checkpoint", ckpt, "--metrics", metrics, "--epochs", "2", "--resume", NULL};
+    ck_assert_int_eq(train(&p, 1, second), 0);
+    proc_close(&p);
+    count_lines(metrics, &steps, &epochs, &last);
+    ck_assert_int_eq(steps, 16);
+    ck_assert_int_eq(epochs, 2);
+    ck_assert_double_eq(last, 16);
+}
+END_TEST
+
+/* A metrics file that cannot be written: said once, training finishes, the exit is 1. */
+START_TEST(test_metrics_write_error) {
+    const char *args[] = {"--metrics", "/dev/full", "--epochs", "1", NULL};
+    proc p;
+    ck_assert_int_eq(train(&p, 1, args), 1);
+    assert_output(&p, "--metrics /dev/full: cannot write: No space left on device");
+    assert_output(&p, "RESULT ");
+    assert_output(&p, "trained, but --metrics /dev/full could not be written");
+    proc_close(&p);
+}
+END_TEST
+
+/* Resume with other settings is refused; resuming a finished run says there is nothing to
+ * do and reports the real accuracy; the resume line counts epochs done. */
+START_TEST(test_resume_edges) {
+    char ckpt[128];
+    path_in_dir(ckpt, sizeof(ckpt), "r.ckpt");
+    const char *first[] = {"--checkpoint", ckpt, "--epochs", "1", NULL};
+    proc p;
+    ck_assert_int_eq(train(&p, 1, first), 0);
+    char line[256];
+    ck_assert(proc_expect(&p, "RESULT ", 0, line, sizeof(line)));
+    char accuracy[32];
+    snprintf(accuracy, sizeof(accuracy), "%s", strstr(line, "test_acc="));
+    proc_close(&p);
+    const char *done[] = {"--checkpoint", ckpt, "--epochs", "1", "--resume", NULL};
+    ck_assert_int_eq(train(&p, 1, done), 0);
+    assert_output(&p, "resumed from");
+    assert_output(&p, "at step 8, after epoch 1");
+    assert_output(&p, "nothing left to train: the run is at step 8, 1 epoch done");
+    assert_output(&p, accuracy);
+    ck_assert_msg(!strstr(proc_output(&p), "nan") && !strstr(proc_output(&p), "epoch 2"), "%s", proc_output(&p));
+    proc_close(&p);
+    static const char *const changes[][2] = {{"--sampler", "global"}, {"--lr", "0.5"}, {"--momentum", "0.9"}};
+    for (int i = 0; i < 3; i++) {
+        const char *other[] = {"--checkpoint", ckpt, "--epochs", "2", "--resume", changes[i][0], changes[i][1], NULL};
+        ck_assert_msg(train(&p, 1, other) == 2, "%s: %s", changes[i][0], proc_output(&p));
+        assert_output(&p, "it would not continue the same run");
+        proc_close(&p);
+    }
+}
+END_TEST
+
+/* As root: a device node at --checkpoint or ddpd's --metrics-file is refused and stays a
+ * device (it used to be replaced by a regular file). */
+START_TEST(test_device_nodes) {
+    char full[128];
+    path_in_dir(full, sizeof(full), "full");
+    ck_assert_int_eq(mknod(full, S_IFCHR | 0666, makedev(1, 7)), 0); /* what /dev/full is */
+    const char *args[] = {"--checkpoint", full, "--steps", "2", NULL};
+    proc p;
+    ck_assert_int_eq(train(&p, 1, args), 2);
+    assert_output(&p, "a character device, not a regular file");
+    proc_close(&p);
+    struct stat st;
+    ck_assert_int_eq(lstat(full, &st), 0);
+    ck_assert(S_ISCHR(st.st_mode));
+    const char *ddpd[] = {DDPD_PATH, "--listen", "tcp://127.0.0.1:*", "--metrics-file", full, NULL};
+    proc_start(&p, ddpd, NULL);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 2);
+    assert_output(&p, "--metrics-file ");
+    assert_output(&p, "a character device, not a regular file");
+    proc_close(&p);
+    ck_assert_int_eq(lstat(full, &st), 0);
+    ck_assert(S_ISCHR(st.st_mode));
+}
+END_TEST
+
+static TCase *add_case(Suite *s, TCase *tc) {
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, CASE_TIMEOUT_S);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+int main(int argc, char **argv) {
+    if (check_selected(argc, argv, "as-root") && geteuid() != 0)
+        return check_skip("as-root", "device nodes need root (mknod)");
+    Suite *s = suite_create("worker");
+    TCase *files = add_case(s, tcase_create("files"));
+    tcase_add_test(files, test_not_regular_files);
+    tcase_add_test(files, test_symlink_written_through);
+    tcase_add_test(files, test_bad_checkpoint_directory);
+    tcase_add_test(files, test_existing_checkpoint);
+    TCase *signals = add_case(s, tcase_create("signals"));
+    tcase_add_test(signals, test_sighup_keeps_the_checkpoint);
+    tcase_add_test(signals, test_interrupted_while_forming);
+    TCase *exits = add_case(s, tcase_create("exits"));
+    tcase_add_test(exits, test_usage_exit_codes);
+    tcase_add_test(exits, test_metrics_write_error);
+    TCase *resume = add_case(s, tcase_create("resume"));
+    tcase_add_test(resume, test_metrics_across_resume);
+    tcase_add_test(resume, test_resume_edges);
+    tcase_add_test(add_case(s, tcase_create("as-root")), test_device_nodes);
+    return check_main(s, argc, argv);
+}

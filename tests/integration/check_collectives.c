@@ -115,6 +115,14 @@ START_TEST(test_bench) {
         ck_assert_msg(rows >= 4, "%s: %d rows in: %s", collectives[i], rows, out);
         proc_close(&p);
     }
+    /* a size no machine here can allocate: an error naming it, on every rank, not a crash */
+    const char *huge[] = {DDP_BENCH_PATH, "all_reduce", "-n", "2", "-b", "1024G", "-e", "1024G", NULL};
+    proc h;
+    proc_start(&h, huge, NULL);
+    ck_assert_int_eq(proc_wait(&h, WAIT_MS), 1);
+    ck_assert_msg(strstr(proc_output(&h), "two buffers of 1099511627784 bytes (-e 1024G)"), "%s", proc_output(&h));
+    ck_assert_msg(!strstr(proc_output(&h), "signal"), "%s", proc_output(&h));
+    proc_close(&h);
     const char *json[] = {DDP_BENCH_PATH, "all_reduce", "-n", "2", "-b", "1K", "-e", "64K", "--json", NULL};
     proc p;
     proc_start(&p, json, NULL);

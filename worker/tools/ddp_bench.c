@@ -163,6 +163,11 @@ static long bench_check(ddp_group *g, const bench_ctx *c, uint64_t count) {
         return -1;
     /* the expected value as rank-ordered reduction of 1..n in the same dtype */
     void *want = malloc(c->es), *x = malloc(c->es);
+    if (!want || !x) {
+        free(want);
+        free(x);
+        return -1;
+    }
     bench_fill(c, want, 1, 0);
     for (int r = 1; r < n; r++) {
         bench_fill(c, x, 1, r);
@@ -218,10 +223,19 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
     size_t alloc = (size_t)max_bytes + (size_t)n * c.es;
     c.send = calloc(1, alloc);
     c.recv = calloc(1, alloc);
+    /* Every rank must have its buffers, or none goes on: a rank without them would leave
+     * the others waiting in the first collective. */
+    int32_t have = c.send && c.recv;
+    if ((r = ddp_all_reduce(g, &have, 1, DDP_I32, DDP_MIN)) == 0 && !have) {
+        fprintf(stderr, "ddp-bench: rank %d: %s two buffers of %zu bytes (-e %s)%s\n", c.rank,
+                c.send && c.recv ? "another rank could not allocate" : "cannot allocate", alloc, o->max_bytes,
+                c.send && c.recv ? "" : ": out of memory");
+        r = -ENOMEM;
+    }
     double bus_factor = kind == B_ALL_REDUCE ? 2.0 * (n - 1) / n : per_rank_total ? (double)(n - 1) / n : 1.0;
     const char *type = dtype_choices[c.t], *redop = kind == B_ALL_GATHER || kind == B_BROADCAST ? "none" : o->op_name;
     int root = kind == B_BROADCAST || kind == B_REDUCE ? c.root : -1;
-    if (out && !o->json) {
+    if (out && !o->json && r == 0) {
         fprintf(out, "# ddp-bench %s, world %d, %s, %s, warmup %d, iters %s\n#\n", kind_names[kind], n, type, redop,
                 o->warmup, o->iters ? "fixed" : "by size");
         fprintf(out, "# %10s %12s %6s %6s %5s %10s %10s %10s %7s %10s %10s\n", "size", "count", "type", "redop", "root",
@@ -229,7 +243,8 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
         fprintf(out, "# %10s %12s %6s %6s %5s %10s %10s %10s %7s %10s %10s\n", "(B)", "(elements)", "", "", "", "",
                 "(GB/s)", "(GB/s)", "", "", "");
     }
-    if (out && o->json)
+    bool opened = out && o->json && r == 0; /* the JSON object, closed at the end */
+    if (opened)
         fprintf(out, "{\"collective\": \"%s\", \"world\": %d, \"dtype\": \"%s\", \"op\": \"%s\", \"rows\": [",
                 kind_names[kind], n, type, redop);
     double bus_sum = 0;
@@ -240,6 +255,11 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
             continue;
         int iters = o->iters ? o->iters : (int)fmax(5, fmin(1000, 2e8 / (double)size / 20));
         double *lat = calloc((size_t)iters, sizeof(double));
+        if (!lat) {
+            fprintf(stderr, "ddp-bench: out of memory for %d timings\n", iters);
+            r = -ENOMEM;
+            break;
+        }
         bench_fill(&c, c.send, per_rank_total ? (uint64_t)n * count : count, c.rank);
         bench_fill(&c, c.recv, per_rank_total ? (uint64_t)n * count : count, c.rank);
         for (int i = 0; i < o->warmup && r == 0; i++)
@@ -292,7 +312,7 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
     }
     if (out && !o->json && r == 0)
         fprintf(out, "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %.4f\n#\n", rows ? bus_sum / rows : 0);
-    if (out && o->json)
+    if (opened)
         fprintf(out, "\n], \"avg_busbw_gbps\": %.4f}\n", rows ? bus_sum / rows : 0);
     if (out)
         fclose(out);

@@ -47,8 +47,8 @@ int wire_socket_setup(void *socket, int64_t max_msg_bytes) {
     return 0;
 }
 
-void wire_envelope_init(Ddp__Envelope *env, Ddp__MsgType type, const char *job, int32_t rank,
-                        uint64_t generation, uint64_t seq) {
+void wire_envelope_init(Ddp__Envelope *env, Ddp__MsgType type, const char *job, int32_t rank, uint64_t generation,
+                        uint64_t seq) {
     ddp__envelope__init(env);
     env->version = DDP_PROTOCOL_VERSION;
     env->type = type;
@@ -88,7 +88,8 @@ int wire_send(void *socket, const uint8_t *identity, size_t identity_size, const
         return r;
     }
     for (size_t i = 0; i < n_payload; i++)
-        if (zmq_send(socket, payload[i].data, payload[i].size, (i + 1 < n_payload ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+        if (zmq_send(socket, payload[i].data, payload[i].size, (i + 1 < n_payload ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) <
+            0)
             return -errno;
     return 0;
 }
@@ -201,12 +202,43 @@ void wire_msg_close(wire_msg *msg) {
     msg->env = NULL;
 }
 
+int wire_endpoint_check(const char *ep, bool wildcard_port, char *err, size_t err_size) {
+    if (strncmp(ep, "ipc://", 6) == 0) {
+        size_t n = strlen(ep + 6);
+        if (n == 0 || n >= 108) { /* sun_path */
+            snprintf(err, err_size, "'%.64s': an ipc:// path is 1 to 107 bytes", ep);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (strncmp(ep, "tcp://", 6) != 0) {
+        snprintf(err, err_size, "'%.64s': use tcp://HOST:PORT or ipc://PATH", ep);
+        return -EINVAL;
+    }
+    const char *host = ep + 6, *colon = strrchr(host, ':');
+    bool v6 = host[0] == '[';
+    if (!colon || colon == host || (v6 && colon[-1] != ']')) {
+        snprintf(err, err_size, "'%.64s': no port (tcp://HOST:PORT)", ep);
+        return -EINVAL;
+    }
+    const char *port = colon + 1;
+    if (wildcard_port && strcmp(port, "*") == 0)
+        return 0;
+    size_t digits = strspn(port, "0123456789");
+    long value = digits && digits <= 5 && !port[digits] ? strtol(port, NULL, 10) : -1;
+    if (value < 1 || value > 65535) {
+        snprintf(err, err_size, "'%.64s': the port is 1 to 65535%s", ep, wildcard_port ? ", or *" : "");
+        return -EINVAL;
+    }
+    return 0;
+}
+
 bool wire_name_valid(const char *s, size_t max) {
     size_t n = 0;
     for (; s[n]; n++) {
         char c = s[n];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                  c == '_' || c == '-';
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                  c == '-';
         if (!ok || n >= max)
             return false;
     }
@@ -222,12 +254,12 @@ static bool wire_text_valid(const char *s, size_t max, bool allow_empty) {
     return allow_empty || n > 0;
 }
 
-#define CHECK(cond, ...)                               \
-    do {                                               \
-        if (!(cond)) {                                 \
-            snprintf(err, err_size, __VA_ARGS__);      \
-            return -EPROTO;                            \
-        }                                              \
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            snprintf(err, err_size, __VA_ARGS__);                                                                      \
+            return -EPROTO;                                                                                            \
+        }                                                                                                              \
     } while (0)
 
 static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_size) {
@@ -264,8 +296,8 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
               w->world_size);
         for (size_t i = 0; i < w->n_endpoints; i++)
             CHECK(wire_text_valid(w->endpoints[i], DDP_MAX_ENDPOINT, true), "welcome: invalid endpoint %zu", i);
-        CHECK(w->n_pids == w->world_size && w->n_hosts == w->world_size, "welcome: %zu pids and %zu hosts for world size %u",
-              w->n_pids, w->n_hosts, w->world_size);
+        CHECK(w->n_pids == w->world_size && w->n_hosts == w->world_size,
+              "welcome: %zu pids and %zu hosts for world size %u", w->n_pids, w->n_hosts, w->world_size);
         for (size_t i = 0; i < w->n_hosts; i++)
             CHECK(wire_text_valid(w->hosts[i], DDP_MAX_HOST, false), "welcome: invalid host %zu", i);
         CHECK(w->heartbeat_ms >= DDP_MIN_HEARTBEAT_MS && w->heartbeat_ms <= DDP_MAX_HEARTBEAT_MS,
@@ -278,7 +310,8 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
         CHECK(wire_text_valid(env->reject->reason, DDP_MAX_REASON, false), "reject: invalid reason");
         return 0;
     case DDP__ENVELOPE__BODY_HEARTBEAT:
-        CHECK(env->heartbeat->interval_ms >= DDP_MIN_HEARTBEAT_MS && env->heartbeat->interval_ms <= DDP_MAX_HEARTBEAT_MS,
+        CHECK(env->heartbeat->interval_ms >= DDP_MIN_HEARTBEAT_MS &&
+                  env->heartbeat->interval_ms <= DDP_MAX_HEARTBEAT_MS,
               "heartbeat: interval %u ms out of range", env->heartbeat->interval_ms);
         CHECK(env->heartbeat->liveness >= 1 && env->heartbeat->liveness <= DDP_MAX_LIVENESS,
               "heartbeat: liveness %u out of range", env->heartbeat->liveness);
@@ -340,7 +373,8 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
                 CHECK(m->waiting_on >= -1 && m->waiting_on < (int32_t)j->world_size && m->samples_per_s >= 0 &&
                           m->samples_per_s < 1e15 && wire_text_valid(m->waiting_in, 64, true),
                       "status: invalid progress of a member");
-                CHECK(wire_text_valid(m->host, DDP_MAX_HOST, true) && wire_text_valid(m->endpoint, DDP_MAX_ENDPOINT, true),
+                CHECK(wire_text_valid(m->host, DDP_MAX_HOST, true) &&
+                          wire_text_valid(m->endpoint, DDP_MAX_ENDPOINT, true),
                       "status: invalid member");
             }
         }

@@ -64,5 +64,11 @@ static inline bool wire_printable(char c) {
     return (unsigned char)c >= 0x20 && (unsigned char)c <= 0x7e;
 }
 
+/* Whether ep is an endpoint ddpd can listen on or be reached at: tcp://HOST:PORT (PORT
+ * 1..65535, or * where listening says so), tcp://[IPV6]:PORT, or ipc://PATH (PATH fits a
+ * Unix socket's). ZeroMQ takes some of what is refused here (a port of 99999 wraps round);
+ * err says what is wrong, naming what. */
+int wire_endpoint_check(const char *ep, bool wildcard_port, char *err, size_t err_size);
+
 /* A job or mode name: 1..max bytes of [A-Za-z0-9._-]. */
 bool wire_name_valid(const char *s, size_t max);

@@ -10,8 +10,8 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
-#include "server/prometheus.h"
 #include "common/wire.h"
+#include "server/prometheus.h"
 
 typedef struct {
     char *coordinator;
@@ -22,8 +22,8 @@ typedef struct {
 } ddpctl_options;
 
 static const config_option ddpctl_options_table[] = {
-    {"coordinator", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, "tcp://127.0.0.1:29500",
-     offsetof(ddpctl_options, coordinator), "ddpd's control endpoint", "EP"},
+    {"coordinator", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, "tcp://127.0.0.1:29500", offsetof(ddpctl_options, coordinator),
+     "ddpd's control endpoint", "EP"},
     {"timeout-ms", CONFIG_INT, 1, DDP_MAX_TIMEOUT_MS, "5000", offsetof(ddpctl_options, timeout_ms),
      "how long to wait for ddpd's answer", "MS"},
     {"json", CONFIG_BOOL, 0, 1, NULL, offsetof(ddpctl_options, json), "print JSON instead of a table"},
@@ -36,9 +36,10 @@ static const config_option ddpctl_options_table[] = {
 static const config_spec ddpctl_spec = {
     .program = "ddpctl",
     .usage = "[OPTIONS] status|metrics|abort JOB",
-    .summary = "Talks to a running ddpd.\n\nCommands:\n  status      jobs, members, ranks, pids, hosts and when each was "
-               "last heard\n  metrics     the same in the Prometheus text format\n  abort JOB   end a job: its members "
-               "get an Abort saying who asked",
+    .summary =
+        "Talks to a running ddpd.\n\nCommands:\n  status      jobs, members, ranks, pids, hosts and when each was "
+        "last heard\n  metrics     the same in the Prometheus text format\n  abort JOB   end a job: its members "
+        "get an Abort saying who asked",
     .env_prefix = "DDPCTL_",
     .options = ddpctl_options_table,
     .n_options = sizeof(ddpctl_options_table) / sizeof(ddpctl_options_table[0]),
@@ -52,8 +53,7 @@ static void format_duration(uint64_t ms, char *buf, size_t size) {
     else if (ms < 3600000)
         snprintf(buf, size, "%llum%02llus", (unsigned long long)(ms / 60000), (unsigned long long)(ms / 1000 % 60));
     else
-        snprintf(buf, size, "%lluh%02llum", (unsigned long long)(ms / 3600000),
-                 (unsigned long long)(ms / 60000 % 60));
+        snprintf(buf, size, "%lluh%02llum", (unsigned long long)(ms / 3600000), (unsigned long long)(ms / 60000 % 60));
 }
 
 #define STALL_REPORT_MS 2000 /* a wait this long is worth a line */
@@ -245,6 +245,11 @@ int main(int argc, char **argv) {
             config_print_help(&ddpctl_spec, stdout);
         config_free(&ddpctl_spec, &o);
         return 0;
+    }
+    if (wire_endpoint_check(o.coordinator, false, err, sizeof(err)) < 0) {
+        fprintf(stderr, "ddpctl: --coordinator %s\n", err);
+        config_free(&ddpctl_spec, &o);
+        return 2;
     }
     const char *command = first < argc ? argv[first] : "status";
     int operands = argc - first - 1; /* after the command */

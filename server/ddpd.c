@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/wire.h"
 #include "server/notify.h"
 #include "server/server.h"
 
@@ -74,6 +75,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "ddpd: unexpected argument '%s' (see --help)\n", argv[optind_]);
         config_free(&ddpd_spec, &opts);
         return optind_ < argc && !opts.help && !opts.version ? 2 : 0;
+    }
+    if (wire_endpoint_check(opts.listen, true, err, sizeof(err)) < 0) {
+        fprintf(stderr, "ddpd: --listen %s\n", err);
+        config_free(&ddpd_spec, &opts);
+        return 2;
     }
     /* A metrics file that could not be written is found now, not a second after READY. */
     if (opts.metrics_file && atomic_file_check(opts.metrics_file, "--metrics-file", err, sizeof(err)) < 0) {

@@ -59,8 +59,9 @@ int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t 
     }
     if (n_ps_layout != j->n_ps_layout ||
         (n_ps_layout && memcmp(ps_layout, j->ps_layout, n_ps_layout * sizeof(uint64_t)) != 0)) {
-        snprintf(reason, reason_size, "gradient buckets (%zu) differ from job '%s''s (%zu): another model or bucket size?",
-                 n_ps_layout, j->name, j->n_ps_layout);
+        snprintf(reason, reason_size,
+                 "gradient buckets (%zu) differ from job '%s''s (%zu): another model or bucket size?", n_ps_layout,
+                 j->name, j->n_ps_layout);
         return -EINVAL;
     }
     if (rank >= 0)

@@ -24,11 +24,11 @@ typedef struct {
     uint32_t pid;
     char host[DDP_MAX_HOST + 1];
     char endpoint[DDP_MAX_ENDPOINT + 1];
-    uint64_t join_seq;      /* echoed in the Welcome */
+    uint64_t join_seq; /* echoed in the Welcome */
     uint64_t last_heard_ms;
     bool left;
     bool at_barrier;
-    uint64_t barrier_seq;   /* echoed when the barrier completes */
+    uint64_t barrier_seq; /* echoed when the barrier completes */
     /* progress, as of its last heartbeat */
     uint64_t step;
     double samples_per_s;
@@ -55,19 +55,19 @@ typedef struct {
     char mode[DDP_MAX_MODE + 1];
     job_state state;
     uint32_t world_size;
-    uint64_t generation;    /* set when it forms */
+    uint64_t generation; /* set when it forms */
     uint64_t created_ms;
     uint64_t progress_logged_ms;
-    job_member *members;    /* join order while forming, rank order once running */
+    job_member *members; /* join order while forming, rank order once running */
     size_t n_members, capacity;
     uint64_t barrier_round;
     uint32_t barrier_arrived;
     store store;
     job_waiter *waiters;
     size_t n_waiters, waiters_capacity;
-    uint64_t *ps_layout;    /* ps mode: elements per gradient bucket, as the members declared */
+    uint64_t *ps_layout; /* ps mode: elements per gradient bucket, as the members declared */
     size_t n_ps_layout;
-    ps_state ps;            /* set up when the job forms */
+    ps_state ps; /* set up when the job forms */
 } job;
 
 job *job_new(const char *name, const char *mode, uint32_t world_size, const uint64_t *ps_layout, size_t n_ps_layout,

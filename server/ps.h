@@ -10,10 +10,10 @@
 #include <zmq.h>
 
 typedef struct {
-    uint64_t count;       /* elements (f32) */
-    uint64_t step;        /* the step being gathered */
-    zmq_msg_t *pushed;    /* (world) each rank's push, held until all are in */
-    bool *arrived;        /* (world) */
+    uint64_t count;    /* elements (f32) */
+    uint64_t step;     /* the step being gathered */
+    zmq_msg_t *pushed; /* (world) each rank's push, held until all are in */
+    bool *arrived;     /* (world) */
     uint32_t n_arrived;
 } ps_bucket;
 

@@ -814,11 +814,17 @@ int server_open(server *s, const server_options *opts) {
         log_error("Failed to configure the control socket: %s", error_string(r));
         return r;
     }
+    char err[256];
+    if ((r = endpoint_claim_prepare(&s->claim, opts->listen, err, sizeof(err))) < 0) {
+        log_error("%s", err);
+        return r;
+    }
     if (zmq_bind(s->router, opts->listen) < 0) {
         r = -errno;
         log_error("Failed to bind '%s': %s", opts->listen, zmq_strerror(-r));
         return r;
     }
+    endpoint_claim_bound(&s->claim);
     size_t len = sizeof(s->endpoint);
     if (zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, s->endpoint, &len) < 0)
         snprintf(s->endpoint, sizeof(s->endpoint), "%s", opts->listen);
@@ -850,4 +856,5 @@ void server_close(server *s) {
     if (s->zmq_ctx)
         zmq_ctx_term(s->zmq_ctx);
     s->router = s->zmq_ctx = NULL;
+    endpoint_claim_release(&s->claim);
 }

@@ -7,6 +7,7 @@
 
 #include "common/limits.h"
 #include "common/log.h"
+#include "server/endpoint.h"
 #include "server/job.h"
 
 typedef struct {
@@ -14,7 +15,7 @@ typedef struct {
     char *config;
     int heartbeat_ms;
     int liveness;
-    int join_timeout;     /* seconds a job may take to form */
+    int join_timeout; /* seconds a job may take to form */
     char *log_level;
     char *metrics_file;
     bool help;
@@ -26,6 +27,7 @@ typedef struct {
     void *zmq_ctx;
     void *router;
     char endpoint[DDP_MAX_ENDPOINT + 1]; /* as bound, port resolved */
+    endpoint_claim claim;                /* an ipc:// path, to give back */
     job *jobs[DDP_MAX_JOBS];
     size_t n_jobs;
     uint64_t last_generation;

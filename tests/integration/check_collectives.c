@@ -94,8 +94,8 @@ END_TEST
 START_TEST(test_bench) {
     static const char *const collectives[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"};
     for (int i = 0; i < 5; i++) {
-        const char *argv[] = {DDP_BENCH_PATH, collectives[i], "-n", "3", "-b", "4", "-e", "4M", "-f", "32", "--check",
-                              "--iters", "3", "--warmup", "1", NULL};
+        const char *argv[] = {DDP_BENCH_PATH, collectives[i], "-n",      "3",       "-b", "4",        "-e", "4M",
+                              "-f",           "32",           "--check", "--iters", "3",  "--warmup", "1",  NULL};
         proc p;
         proc_start(&p, argv, NULL);
         int code = proc_wait(&p, WAIT_MS);

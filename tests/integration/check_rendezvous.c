@@ -1,19 +1,20 @@
 /* ddpd and real members on loopback: forming jobs, rejects, deaths, hostile peers. */
 #include <arpa/inet.h>
-#include <check.h>
 #include <cJSON.h>
+#include <check.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "common/clock.h"
-#include "tests/integration/harness.h"
 #include "tests/check_main.h"
+#include "tests/integration/harness.h"
 
 #define WAIT_MS 20000 /* generous: a failure is a missing line, never a slow one */
 
@@ -580,6 +581,71 @@ START_TEST(test_ddpd_flags) {
 }
 END_TEST
 
+/* Endpoints: a malformed one or a port out of range is a usage error (2); a live ipc://
+ * path is not taken over, a stale one is reused, and a clean stop removes ours. */
+START_TEST(test_ddpd_endpoints) {
+    static const struct {
+        const char *program, *flag, *value, *expected;
+    } bad[] = {
+        {DDPD_PATH, "--listen", "garbage", "use tcp://HOST:PORT or ipc://PATH"},
+        {DDPD_PATH, "--listen", "tcp://127.0.0.1:99999", "the port is 1 to 65535, or *"},
+        {DDPCTL_PATH, "--coordinator", "garbage", "use tcp://HOST:PORT or ipc://PATH"},
+        {DDPCTL_PATH, "--coordinator", "tcp://127.0.0.1:*", "the port is 1 to 65535"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *argv[] = {bad[i].program, bad[i].flag, bad[i].value, NULL};
+        proc p;
+        proc_start(&p, argv, NULL);
+        ck_assert_int_eq(proc_wait(&p, WAIT_MS), 2);
+        ck_assert_msg(strstr(proc_output(&p), bad[i].expected), "%s %s: %s", bad[i].flag, bad[i].value,
+                      proc_output(&p));
+        proc_close(&p);
+    }
+
+    char path[96], ep[128];
+    snprintf(path, sizeof(path), "/tmp/check_rendezvous_%d.sock", (int)getpid());
+    snprintf(ep, sizeof(ep), "ipc://%s", path);
+    const char *argv[] = {DDPD_PATH, "--listen", ep, NULL};
+    proc first, second;
+    proc_start(&first, argv, NULL);
+    ck_assert_msg(proc_expect(&first, "listening on", WAIT_MS, NULL, 0), "%s", proc_output(&first));
+    proc_start(&second, argv, NULL);
+    ck_assert_int_eq(proc_wait(&second, WAIT_MS), 1);
+    ck_assert_msg(strstr(proc_output(&second), "another process listens there"), "%s", proc_output(&second));
+    proc_close(&second);
+    const char *status[] = {DDPCTL_PATH, "--coordinator", ep, "status", NULL}; /* the first still answers */
+    proc p;
+    proc_start(&p, status, NULL);
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s", proc_output(&p));
+    proc_close(&p);
+    proc_signal(&first, SIGTERM);
+    ck_assert_int_eq(proc_wait(&first, WAIT_MS), 0);
+    proc_close(&first);
+    ck_assert_msg(access(path, F_OK) != 0, "%s is still there after a clean stop", path);
+
+    /* a socket file that nobody listens on (a ddpd that was killed): reused */
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    close(fd);
+    proc_start(&first, argv, NULL);
+    ck_assert_msg(proc_expect(&first, "listening on", WAIT_MS, NULL, 0), "%s", proc_output(&first));
+    proc_signal(&first, SIGTERM);
+    ck_assert_int_eq(proc_wait(&first, WAIT_MS), 0);
+    proc_close(&first);
+    /* a file that is not a socket: left alone */
+    FILE *f = fopen(path, "w");
+    fputs("mine", f);
+    fclose(f);
+    proc_start(&first, argv, NULL);
+    ck_assert_int_eq(proc_wait(&first, WAIT_MS), 1);
+    ck_assert_msg(strstr(proc_output(&first), "exists and is not a socket"), "%s", proc_output(&first));
+    proc_close(&first);
+    ck_assert_int_eq(unlink(path), 0);
+}
+END_TEST
+
 START_TEST(test_barrier_timeout) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
@@ -672,6 +738,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_bad_environment);
     tcase_add_test(tc, test_store);
     tcase_add_test(tc, test_ddpd_flags);
+    tcase_add_test(tc, test_ddpd_endpoints);
     tcase_add_test(tc, test_barrier_timeout);
     tcase_add_test(tc, test_member_left);
     tcase_add_test(tc, test_death_while_forming);

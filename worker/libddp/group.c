@@ -91,6 +91,11 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
             return -EINVAL;
         }
     }
+    char why[256];
+    if (wire_endpoint_check(s->coordinator, false, why, sizeof(why)) < 0) {
+        snprintf(init_error, sizeof(init_error), "coordinator %s", why);
+        return -EINVAL;
+    }
     TRY(settings_string(s->job, sizeof(s->job), o->job, "DDP_JOB", "default", "job name"));
     if (!wire_name_valid(s->job, DDP_MAX_JOB_NAME)) {
         snprintf(init_error, sizeof(init_error), "job name '%.64s' is not 1-%d of [A-Za-z0-9._-]", s->job,
@@ -104,6 +109,10 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
     }
     TRY(settings_string(s->data_endpoint, sizeof(s->data_endpoint), o->data_endpoint, "DDP_DATA_ENDPOINT",
                         "tcp://127.0.0.1:*", "data endpoint"));
+    if (wire_endpoint_check(s->data_endpoint, true, why, sizeof(why)) < 0) {
+        snprintf(init_error, sizeof(init_error), "data endpoint %s", why);
+        return -EINVAL;
+    }
 
     s->world_size = o->world_size;
     if (s->world_size <= 0)

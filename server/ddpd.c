@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
         if (now >= next_tick) {
             server_tick(&s);
             if (opts.metrics_file && now >= next_metrics) {
-                if (server_write_metrics(&s, opts.metrics_file, err, sizeof(err)) < 0)
+                if (server_write_metrics(&s, opts.metrics_file, true, err, sizeof(err)) < 0)
                     log_ratelimited(&s.bad_input_log, LOG_LEVEL_WARN, "%s", err);
                 next_metrics = now + 1000;
             }
@@ -146,6 +146,9 @@ int main(int argc, char **argv) {
     log_info("%s", why);
     notify_stopping();
     server_shutdown(&s, why);
+    /* The file outlives ddpd: it must not keep saying that ddpd is up. */
+    if (opts.metrics_file && server_write_metrics(&s, opts.metrics_file, false, err, sizeof(err)) < 0)
+        log_warn("%s", err);
     server_close(&s);
     config_free(&ddpd_spec, &opts);
     return stop_signal ? 0 : 1;

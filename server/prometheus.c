@@ -12,14 +12,24 @@ static void label(FILE *out, const char *s) {
 }
 
 void prometheus_write(FILE *out, const Ddp__StatusReply *st) {
+    fprintf(out, "# HELP ddpd_up Whether ddpd answered.\n# TYPE ddpd_up gauge\nddpd_up %d\n", st != NULL);
+    if (!st)
+        return;
     size_t forming = 0, running = 0;
     for (size_t i = 0; i < st->n_jobs; i++)
         strcmp(st->jobs[i]->state, "running") == 0 ? running++ : forming++;
-    fprintf(out, "# HELP ddpd_up Whether ddpd answered.\n# TYPE ddpd_up gauge\nddpd_up 1\n");
     fprintf(out, "# HELP ddpd_uptime_seconds Seconds since ddpd started.\n# TYPE ddpd_uptime_seconds gauge\n");
     fprintf(out, "ddpd_uptime_seconds %.3f\n", (double)st->uptime_ms / 1000.0);
     fprintf(out, "# HELP ddpd_jobs Jobs ddpd holds, by state.\n# TYPE ddpd_jobs gauge\n");
     fprintf(out, "ddpd_jobs{state=\"forming\"} %zu\nddpd_jobs{state=\"running\"} %zu\n", forming, running);
+    fprintf(out,
+            "# HELP ddpd_bad_messages_total Messages ddpd dropped or refused as malformed.\n"
+            "# TYPE ddpd_bad_messages_total counter\nddpd_bad_messages_total %llu\n",
+            (unsigned long long)st->bad_messages);
+    fprintf(out,
+            "# HELP ddpd_job_aborts_total Jobs ended by a death or an operator.\n"
+            "# TYPE ddpd_job_aborts_total counter\nddpd_job_aborts_total %llu\n",
+            (unsigned long long)st->job_aborts);
     fprintf(out, "# HELP ddpd_job_members Members that joined a job.\n# TYPE ddpd_job_members gauge\n");
     for (size_t i = 0; i < st->n_jobs; i++) {
         fprintf(out, "ddpd_job_members{job=\"");
@@ -57,8 +67,11 @@ void prometheus_write(FILE *out, const Ddp__StatusReply *st) {
                 const Ddp__MemberStatus *m = st->jobs[i]->members[k];
                 fprintf(out, "%s{job=\"", progress[p][0]);
                 label(out, st->jobs[i]->name);
-                double v = p == 0 ? (double)m->step : p == 1 ? m->samples_per_s : (double)m->waiting_ms / 1000.0;
-                fprintf(out, "\",rank=\"%d\"} %.6g\n", m->rank, v);
+                fprintf(out, "\",rank=\"%d\"} ", m->rank);
+                if (p == 0) /* exact at any step: a %g would stop moving past a million */
+                    fprintf(out, "%llu\n", (unsigned long long)m->step);
+                else
+                    fprintf(out, "%.3f\n", p == 1 ? m->samples_per_s : (double)m->waiting_ms / 1000.0);
             }
     }
 }

@@ -498,6 +498,8 @@ static int server_status_build(server *s, server_status *st) {
     ddp__status_reply__init(&st->reply);
     st->reply.version = (char *)DDP_VERSION;
     st->reply.uptime_ms = now - s->started_ms;
+    st->reply.bad_messages = s->bad_messages;
+    st->reply.job_aborts = s->aborts;
     st->reply.n_jobs = s->n_jobs;
     st->reply.jobs = st->job_ptrs;
     return 0;
@@ -572,7 +574,7 @@ void server_summary(const server *s, char *buf, size_t size) {
 
 /* Writes the Prometheus text to a new file and renames it over the old one, so the
  * textfile collector never reads half of it. */
-int server_write_metrics(server *s, const char *path, char *err, size_t err_size) {
+int server_write_metrics(server *s, const char *path, bool up, char *err, size_t err_size) {
     server_status st = {0};
     char *text = NULL;
     size_t size = 0;
@@ -585,13 +587,7 @@ int server_write_metrics(server *s, const char *path, char *err, size_t err_size
         server_status_free(&st);
         return r;
     }
-    prometheus_write(out, &st.reply);
-    fprintf(out,
-            "# HELP ddpd_bad_messages_total Messages ddpd dropped or refused as malformed.\n"
-            "# TYPE ddpd_bad_messages_total counter\nddpd_bad_messages_total %llu\n"
-            "# HELP ddpd_job_aborts_total Jobs ended by a death or an operator.\n"
-            "# TYPE ddpd_job_aborts_total counter\nddpd_job_aborts_total %llu\n",
-            (unsigned long long)s->bad_messages, (unsigned long long)s->aborts);
+    prometheus_write(out, up ? &st.reply : NULL);
     fclose(out);
     server_status_free(&st);
     atomic_file f;

@@ -49,8 +49,9 @@ void server_close(server *s);
 
 /* "2 jobs, 6 workers" */
 void server_summary(const server *s, char *buf, size_t size);
-/* Writes the jobs and members in the Prometheus text format to path, atomically. */
-int server_write_metrics(server *s, const char *path, char *err, size_t err_size);
+/* Writes the jobs and members in the Prometheus text format to path, atomically; with up
+ * false, that ddpd is down (its last write, at a clean stop). */
+int server_write_metrics(server *s, const char *path, bool up, char *err, size_t err_size);
 
 /* Milliseconds between ticks: fine enough to notice a death well within the window. */
 int server_tick_ms(const server *s);

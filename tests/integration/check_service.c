@@ -10,8 +10,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "tests/integration/harness.h"
 #include "tests/check_main.h"
+#include "tests/integration/harness.h"
 
 #define WAIT_MS 20000
 
@@ -125,6 +125,11 @@ START_TEST(test_notify_and_metrics) {
     expect_prometheus(proc_output(&c));
     ck_assert_msg(strstr(proc_output(&c), "ddpd_job_members{job=\"svc\",state=\"forming\",mode=\"\"} 1"), "%s",
                   proc_output(&c));
+    /* the same counters both ways (the file had two that ddpctl lacked) */
+    static const char *const counters[] = {"ddpd_up 1", "ddpd_bad_messages_total 0", "ddpd_job_aborts_total 0"};
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(strstr(proc_output(&c), counters[i]) && strstr(text, counters[i]), "%s in both:\n%s\n%s",
+                      counters[i], proc_output(&c), text);
     proc_close(&c);
 
     /* ddpctl abort: the forming job's member hears who ended it */
@@ -148,6 +153,13 @@ START_TEST(test_notify_and_metrics) {
     ck_assert_msg(next_notification(fd, "STOPPING=1", seen, sizeof(seen)), "no STOPPING: %s", seen);
     ck_assert_int_eq(proc_wait(&d.p, WAIT_MS), 0);
     proc_close(&d.p);
+    /* the file outlives ddpd, and says it is down */
+    f = fopen(metrics, "r");
+    ck_assert_msg(f, "no %s", metrics);
+    n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(text, "ddpd_up 0") && !strstr(text, "ddpd_up 1"), "%s", text);
     close(fd);
     unlink(path);
     unlink(metrics);

@@ -1,8 +1,8 @@
 /* ddp-compare on four workers of the mlp model: the report's numbers show DataParallel's
  * imbalance and DDP's balance, report.json follows the committed schema, report.svg is
  * XML that names every mode (tests/compare/report_checks.c). */
-#include <check.h>
 #include <cJSON.h>
+#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,7 @@
 #include "tests/compare/report_checks.h"
 #include "tests/integration/harness.h"
 
-#define WAIT_MS 100000     /* one launch, at most */
+#define WAIT_MS 100000 /* one launch, at most */
 
 static char dir[64];
 
@@ -33,8 +33,8 @@ static void teardown(void) {
 
 static const cJSON *mode_of(const cJSON *report, const char *name) {
     const cJSON *m;
-    cJSON_ArrayForEach(m, cJSON_GetObjectItem(report, "modes")) if (!strcmp(
-        cJSON_GetObjectItem(m, "mode")->valuestring, name)) return m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItem(report, "modes")) if (!strcmp(cJSON_GetObjectItem(m, "mode")->valuestring,
+                                                                            name)) return m;
     ck_abort_msg("mode %s not in the report", name);
     return NULL;
 }
@@ -47,8 +47,8 @@ static double rank_memory(const cJSON *mode, int rank) {
 START_TEST(test_compare_mlp_on_four) {
     char out[128];
     snprintf(out, sizeof(out), "%s/out", dir);
-    const char *argv[] = {DDP_COMPARE_PATH, "-n", "4", "--modes", "dp,ddp,ps", "--steps", "4", "--out", out, "--",
-                          "--data", dir, "--model", "mlp", NULL};
+    const char *argv[] = {DDP_COMPARE_PATH, "-n", "4",       "--modes", "dp,ddp,ps", "--steps", "4", "--out", out, "--",
+                          "--data",         dir,  "--model", "mlp",     NULL};
     proc p;
     proc_start(&p, argv, NULL);
     int code = proc_wait(&p, WAIT_MS);
@@ -105,6 +105,53 @@ START_TEST(test_bad_flags) {
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 2);
     ck_assert_msg(strstr(proc_output(&p), "'allreduce' is not ddp, dp or ps"), "%s", proc_output(&p));
     proc_close(&p);
+    /* a mode twice; a flag it sets itself after --; an --out that is a file: refused before any run */
+    char file[128];
+    snprintf(file, sizeof(file), "%s/a-file", dir);
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    const struct {
+        const char *args[8];
+        const char *expected;
+    } cases[] = {
+        {{"--modes", "ddp,ddp"}, "'ddp' is not ddp, dp or ps (each at most once)"},
+        {{"--modes", "ddp", "--", "--mode", "dp"}, "--mode after --: ddp-compare sets it for each run"},
+        {{"--", "--steps=5"}, "--steps after --"},
+        {{"--", "--metrics", "x.jsonl"}, "--metrics after --"},
+        {{"--out", file}, "exists and is not a directory"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *a[12] = {DDP_COMPARE_PATH, "-n", "2"};
+        size_t k = 3;
+        for (size_t j = 0; cases[i].args[j]; j++)
+            a[k++] = cases[i].args[j];
+        a[k] = NULL;
+        proc_start(&p, a, NULL);
+        ck_assert_int_eq(proc_wait(&p, WAIT_MS), 2);
+        ck_assert_msg(strstr(proc_output(&p), cases[i].expected), "expected '%s' in: %s", cases[i].expected,
+                      proc_output(&p));
+        ck_assert_msg(!strstr(proc_output(&p), " mode"), "a run started: %s", proc_output(&p));
+        proc_close(&p);
+    }
+}
+END_TEST
+
+/* Reports that cannot be written are an error naming the file, not "wrote ...". */
+START_TEST(test_unwritable_report) {
+    char out[128], link[192];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    mkdir(out, 0755);
+    snprintf(link, sizeof(link), "%s/report.json", out);
+    ck_assert_int_eq(symlink("/dev/full", link), 0);
+    const char *argv[] = {DDP_COMPARE_PATH, "-n", "1",       "--modes", "ddp", "--steps", "2", "--out", out, "--",
+                          "--data",         dir,  "--model", "784-10",  NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 1);
+    ck_assert_msg(strstr(proc_output(&p), "cannot write") && strstr(proc_output(&p), "report.json"), "%s",
+                  proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "wrote "), "%s", proc_output(&p));
+    proc_close(&p);
 }
 END_TEST
 
@@ -115,6 +162,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 150); /* under CTest's 180 s (tests/CMakeLists.txt) */
     tcase_add_test(tc, test_compare_mlp_on_four);
     tcase_add_test(tc, test_bad_flags);
+    tcase_add_test(tc, test_unwritable_report);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

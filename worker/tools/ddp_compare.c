@@ -220,6 +220,24 @@ static int parse_modes(const char *list, mode_result *results, int *ret_n) {
     return 0;
 }
 
+/* The worker flags ddp-compare sets itself: one given after -- would override it (a dp run
+ * reported as ddp, a run of other length, metrics elsewhere). */
+static int check_worker_args(char **extra, int n_extra) {
+    static const char *const ours[] = {"--mode", "--metrics", "--steps", "--epochs"};
+    for (int i = 0; i < n_extra; i++)
+        for (size_t k = 0; k < sizeof(ours) / sizeof(ours[0]); k++) {
+            size_t n = strlen(ours[k]);
+            if (strncmp(extra[i], ours[k], n) == 0 && (extra[i][n] == '\0' || extra[i][n] == '=')) {
+                fprintf(stderr,
+                        "ddp-compare: %s after --: ddp-compare sets it for each run (use --modes, --steps or "
+                        "--epochs before --)\n",
+                        ours[k]);
+                return -EINVAL;
+            }
+        }
+    return 0;
+}
+
 /* dir/name, whole or with an error that says why (the writer's, or the disk's). */
 static int write_report(const char *dir, const char *name, int (*write)(FILE *f, const compare_report *r),
                         const compare_report *report) {
@@ -271,7 +289,13 @@ int main(int argc, char **argv) {
 
     mode_result results[COMPARE_MAX_MODES + COMPARE_SWEEP] = {0};
     int n_modes = 0, code = 0;
-    if ((r = parse_modes(o.modes, results, &n_modes)) < 0) {
+    if ((r = parse_modes(o.modes, results, &n_modes)) < 0 || (r = check_worker_args(extra, n_extra)) < 0) {
+        config_free(&compare_spec, &o);
+        return 2;
+    }
+    struct stat st;
+    if (stat(o.out, &st) == 0 && !S_ISDIR(st.st_mode)) { /* before any run, not after the first */
+        fprintf(stderr, "ddp-compare: --out %s: exists and is not a directory\n", o.out);
         config_free(&compare_spec, &o);
         return 2;
     }

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/integration/harness.h"
 #include "tests/check_main.h"
+#include "tests/integration/harness.h"
 
 #define WAIT_MS 20000 /* generous: a failure is a missing line, never a slow one */
 
@@ -289,6 +289,31 @@ START_TEST(test_output_prefixed) {
 }
 END_TEST
 
+/* Lines far over a pipe's buffer (and the 8 KiB ddp-run used to cut them at) come out
+ * whole, each after its own prefix, however the ranks' output interleaves. */
+START_TEST(test_long_lines_whole) {
+    const char *script =
+        "for i in 1 2 3; do printf long; head -c 300000 /dev/zero | tr '\\0' \"$RANK\"; echo end; done";
+    const char *args[] = {"-n", "2", "--", "sh", "-c", script, NULL};
+    proc p;
+    run_expecting(&p, args, NULL, 0);
+    const char *out = proc_output(&p);
+    int whole[2] = {0, 0};
+    for (const char *at = out; (at = strstr(at, "] long"));) {
+        int r = at[-1] - '0';
+        ck_assert_msg(r == 0 || r == 1, "a piece without its prefix near: %.40s", at - 10);
+        const char *run = at + 6;
+        size_t n = strspn(run, r ? "1" : "0");
+        ck_assert_msg(n == 300000 && strncmp(run + n, "end\n", 4) == 0, "rank %d: a line cut after %zu", r, n);
+        whole[r]++;
+        at = run + n;
+    }
+    ck_assert_int_eq(whole[0], 3);
+    ck_assert_int_eq(whole[1], 3);
+    proc_close(&p);
+}
+END_TEST
+
 START_TEST(test_private_ddpd_verbose) {
     const char *args[] = {"-n", "1", "--verbose", "--job", "chatty", "--", MEMBER_PATH, NULL};
     proc p;
@@ -394,6 +419,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_api_edges);
     tcase_add_test(tc, test_job_status);
     tcase_add_test(tc, test_output_prefixed);
+    tcase_add_test(tc, test_long_lines_whole);
     tcase_add_test(tc, test_private_ddpd_verbose);
     tcase_add_test(tc, test_killed_by_signal);
     tcase_add_loop_test(tc, test_program_cannot_run, 0, 3);

@@ -434,7 +434,9 @@ static void launcher_check_listening(void *ctx, const char *line, size_t n) {
     launcher *l = ctx;
     if (l->endpoint[0])
         return;
-    char copy[LINE_STREAM_BYTES + 1];
+    char copy[512]; /* the line is short; a long one does not say where ddpd listens */
+    if (n >= sizeof(copy))
+        return;
     memcpy(copy, line, n);
     copy[n] = '\0';
     const char *at = strstr(copy, "listening on ");

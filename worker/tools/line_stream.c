@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -41,49 +42,82 @@ static bool starts_with(const char *s, size_t n, const char *prefix) {
     return n >= plen && memcmp(s, prefix, plen) == 0;
 }
 
+/* One line out, prefixed, in one write: the launcher is the only writer, so whole lines
+ * never interleave, however long. */
 static void stream_line(line_stream *s, const char *line, size_t n) {
     if (s->watch)
         s->watch(s->watch_ctx, line, n);
     if (s->quiet_info && (starts_with(line, n, "ddpd: info: ") || starts_with(line, n, "ddpd: debug: ")))
         return;
-    char out[sizeof(s->prefix) + LINE_STREAM_BYTES + 1];
     size_t plen = strlen(s->prefix);
+    char small[sizeof(s->prefix) + 4096], *out = plen + n + 1 <= sizeof(small) ? small : malloc(plen + n + 1);
+    if (!out) { /* no memory for a copy: the prefix and the line, one after the other */
+        line_write_all(s->dest, s->prefix, plen);
+        line_write_all(s->dest, line, n);
+        line_write_all(s->dest, "\n", 1);
+        return;
+    }
     memcpy(out, s->prefix, plen);
     memcpy(out + plen, line, n);
     out[plen + n] = '\n';
     line_write_all(s->dest, out, plen + n + 1);
+    if (out != small)
+        free(out);
 }
 
-/* Passes on every complete line in the buffer; a full buffer counts as one line. */
+/* Passes on every complete line in the buffer. A line the buffer cannot grow for (past
+ * LINE_STREAM_MAX_BYTES) goes out in pieces of that size. */
 static void stream_split(line_stream *s) {
     size_t start = 0;
-    for (size_t i = 0; i < s->len; i++)
+    for (size_t i = s->scanned; i < s->len; i++)
         if (s->buf[i] == '\n') {
             stream_line(s, s->buf + start, i - start);
             start = i + 1;
         }
-    if (start == 0 && s->len == sizeof(s->buf)) {
+    if (start == 0 && s->len == s->cap && s->cap >= LINE_STREAM_MAX_BYTES) {
         stream_line(s, s->buf, s->len);
         start = s->len;
     }
     memmove(s->buf, s->buf + start, s->len - start);
     s->len -= start;
+    s->scanned = s->len; /* what is left has no newline */
 }
 
 void line_stream_close(line_stream *s) {
-    if (s->fd < 0)
-        return;
-    if (s->len > 0)
-        stream_line(s, s->buf, s->len);
-    s->len = 0;
-    close(s->fd);
-    s->fd = -1;
+    if (s->fd >= 0) {
+        if (s->len > 0)
+            stream_line(s, s->buf, s->len);
+        close(s->fd);
+        s->fd = -1;
+    }
+    free(s->buf);
+    s->buf = NULL;
+    s->len = s->cap = s->scanned = 0;
+}
+
+/* Room to read into: the buffer grows, doubling, up to LINE_STREAM_MAX_BYTES. */
+static bool stream_room(line_stream *s) {
+    if (s->len < s->cap)
+        return true;
+    size_t cap = s->cap ? s->cap * 2 : LINE_STREAM_BYTES;
+    char *grown = cap <= LINE_STREAM_MAX_BYTES ? realloc(s->buf, cap) : NULL;
+    if (!grown)
+        return false;
+    s->buf = grown;
+    s->cap = cap;
+    return true;
 }
 
 ssize_t line_stream_read(line_stream *s) {
     if (s->fd < 0)
         return 0;
-    ssize_t n = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
+    if (!stream_room(s)) { /* full at the limit, or out of memory: the piece goes out as a line */
+        stream_line(s, s->buf, s->len);
+        s->len = s->scanned = 0;
+        if (!stream_room(s))
+            return -EAGAIN;
+    }
+    ssize_t n = read(s->fd, s->buf + s->len, s->cap - s->len);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return -EAGAIN;
     if (n <= 0) {

@@ -1,11 +1,13 @@
 /* A child's output for the launcher: one pipe, cut into lines that go out prefixed ("[rank
- * 3] ..."), one write(2) each, so that lines of different ranks never interleave. */
+ * 3] ..."), one write(2) each, so that lines of different ranks never interleave. A line
+ * is kept whole up to LINE_STREAM_MAX_BYTES; a longer one goes out in pieces that long. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
-#define LINE_STREAM_BYTES 8192 /* a longer line is passed on in pieces of this size */
+#define LINE_STREAM_BYTES 8192           /* the buffer's first size */
+#define LINE_STREAM_MAX_BYTES (1u << 20) /* and its last: a longer line goes out in pieces */
 
 typedef struct {
     int fd;          /* read end, non-blocking; -1 once closed */
@@ -15,8 +17,9 @@ typedef struct {
     /* Sees every line before it goes out (NULL: none): the launcher reads ddpd's port so. */
     void (*watch)(void *ctx, const char *line, size_t n);
     void *watch_ctx;
-    size_t len;
-    char buf[LINE_STREAM_BYTES];
+    char *buf; /* what came that is not a whole line yet; grown as needed */
+    size_t len, cap;
+    size_t scanned; /* bytes of buf known to hold no newline */
 } line_stream;
 
 void line_stream_init(line_stream *s, int fd, int dest, const char *prefix, bool quiet_info);
@@ -26,7 +29,7 @@ ssize_t line_stream_read(line_stream *s);
 /* After its writer exited: takes what is left in the pipe (a bounded amount: something
  * the child started may still hold the pipe and keep writing), then closes it. */
 void line_stream_drain(line_stream *s);
-/* Passes on what is left as a last line and closes the pipe. */
+/* Passes on what is left as a last line, closes the pipe and frees the buffer. */
 void line_stream_close(line_stream *s);
 /* Writes all of buf to fd, waiting a while for room; output nobody reads (EPIPE) is dropped. */
 void line_write_all(int fd, const char *buf, size_t n);

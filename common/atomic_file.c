@@ -150,7 +150,9 @@ int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_s
     char dir[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", f->target);
     int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) < 0) {
+    /* Some filesystems (FUSE, 9p, some network mounts) cannot sync a directory: the rename is
+     * as durable as they make it. An I/O error is an error. */
+    if ((dfd < 0 || fsync(dfd) < 0) && errno != EINVAL && errno != ENOTSUP && errno != EROFS) {
         r = -errno;
         snprintf(err, err_size, "%s %s: written, but the directory could not be synced: %s", flag, f->target,
                  strerror(-r));

@@ -8,16 +8,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* Whether a process accepts connections on the Unix socket at path. */
-static bool socket_is_live(const char *path) {
+/* Whether the Unix socket at path is stale: nobody listens there (ECONNREFUSED). Any
+ * other answer (a listener, one we may not reach, a socket of another type) is not. */
+static bool socket_is_stale(const char *path) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return false;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-    bool live = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+    bool stale = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 && errno == ECONNREFUSED;
     close(fd);
-    return live;
+    return stale;
 }
 
 int endpoint_claim_prepare(endpoint_claim *c, const char *ep, char *err, size_t err_size) {
@@ -33,7 +34,7 @@ int endpoint_claim_prepare(endpoint_claim *c, const char *ep, char *err, size_t 
         snprintf(err, err_size, "Failed to bind '%s': %s exists and is not a socket", ep, c->path);
         return -EEXIST;
     }
-    if (socket_is_live(c->path)) {
+    if (!socket_is_stale(c->path)) {
         snprintf(err, err_size, "Failed to bind '%s': another process listens there (a ddpd already running?)", ep);
         return -EADDRINUSE;
     }

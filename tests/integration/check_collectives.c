@@ -118,7 +118,9 @@ START_TEST(test_bench) {
     /* a size no machine here can allocate: an error naming it, on every rank, not a crash */
     const char *huge[] = {DDP_BENCH_PATH, "all_reduce", "-n", "2", "-b", "1024G", "-e", "1024G", NULL};
     proc h;
-    proc_start(&h, huge, NULL);
+    /* AddressSanitizer aborts on such a request unless told to fail it as malloc does */
+    const char *asan[] = {"ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1", NULL};
+    proc_start(&h, huge, asan);
     ck_assert_int_eq(proc_wait(&h, WAIT_MS), 1);
     ck_assert_msg(strstr(proc_output(&h), "two buffers of 1099511627784 bytes (-e 1024G)"), "%s", proc_output(&h));
     ck_assert_msg(!strstr(proc_output(&h), "signal"), "%s", proc_output(&h));

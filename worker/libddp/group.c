@@ -353,7 +353,7 @@ DDP_EXPORT int ddp_abort(ddp_group *g, const char *reason) {
     Ddp__Envelope env;
     group_envelope(g, &env, DDP__MSG_TYPE__ABORT);
     env.abort = &body;
-    int r = agent_send(&g->agent, &env); /* the Leave of ddp_finalize follows it on the same connection */
+    int r = agent_send(&g->agent, &env); /* ddpd ends the job on it: ddp_finalize sends no Leave after */
     /* The job is over here too, at once: not only when ddpd's Abort comes back. */
     char why[DDP_MAX_REASON + 64];
     snprintf(why, sizeof(why), "job '%s' aborted by this rank: %.400s", g->job, text);

@@ -221,20 +221,23 @@ static int parse_modes(const char *list, mode_result *results, int *ret_n) {
 }
 
 /* The worker flags ddp-compare sets itself: one given after -- would override it (a dp run
- * reported as ddp, a run of other length, metrics elsewhere). */
+ * reported as ddp, a run of other length, metrics elsewhere); and a checkpoint, which the
+ * runs would share. getopt takes any unambiguous beginning of a flag: so is it matched. */
 static int check_worker_args(char **extra, int n_extra) {
-    static const char *const ours[] = {"--mode", "--metrics", "--steps", "--epochs"};
-    for (int i = 0; i < n_extra; i++)
-        for (size_t k = 0; k < sizeof(ours) / sizeof(ours[0]); k++) {
-            size_t n = strlen(ours[k]);
-            if (strncmp(extra[i], ours[k], n) == 0 && (extra[i][n] == '\0' || extra[i][n] == '=')) {
-                fprintf(stderr,
-                        "ddp-compare: %s after --: ddp-compare sets it for each run (use --modes, --steps or "
-                        "--epochs before --)\n",
-                        ours[k]);
+    static const char *const ours[] = {"mode", "metrics", "steps", "epochs", "checkpoint", "resume"};
+    for (int i = 0; i < n_extra; i++) {
+        if (strncmp(extra[i], "--", 2) != 0)
+            continue;
+        const char *name = extra[i] + 2;
+        size_t n = strcspn(name, "=");
+        for (size_t k = 0; n >= 3 && k < sizeof(ours) / sizeof(ours[0]); k++)
+            if (n <= strlen(ours[k]) && strncmp(name, ours[k], n) == 0) {
+                fprintf(stderr, "ddp-compare: %.*s after --: %s\n", (int)(n + 2), extra[i],
+                        k < 4 ? "ddp-compare sets it for each run (use --modes, --steps or --epochs before --)"
+                              : "every run would share it; ddp-compare's runs start afresh");
                 return -EINVAL;
             }
-        }
+    }
     return 0;
 }
 

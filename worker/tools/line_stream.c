@@ -71,11 +71,14 @@ static void stream_split(line_stream *s) {
     size_t start = 0;
     for (size_t i = s->scanned; i < s->len; i++)
         if (s->buf[i] == '\n') {
-            stream_line(s, s->buf + start, i - start);
+            if (!(s->cut && i == 0)) /* the newline that ends a line already sent in pieces */
+                stream_line(s, s->buf + start, i - start);
+            s->cut = false;
             start = i + 1;
         }
     if (start == 0 && s->len == s->cap && s->cap >= LINE_STREAM_MAX_BYTES) {
         stream_line(s, s->buf, s->len);
+        s->cut = true;
         start = s->len;
     }
     memmove(s->buf, s->buf + start, s->len - start);
@@ -113,6 +116,7 @@ ssize_t line_stream_read(line_stream *s) {
         return 0;
     if (!stream_room(s)) { /* full at the limit, or out of memory: the piece goes out as a line */
         stream_line(s, s->buf, s->len);
+        s->cut = true;
         s->len = s->scanned = 0;
         if (!stream_room(s))
             return -EAGAIN;

@@ -20,6 +20,7 @@ typedef struct {
     char *buf; /* what came that is not a whole line yet; grown as needed */
     size_t len, cap;
     size_t scanned; /* bytes of buf known to hold no newline */
+    bool cut;       /* the line so far went out in pieces: its newline alone adds nothing */
 } line_stream;
 
 void line_stream_init(line_stream *s, int fd, int dest, const char *prefix, bool quiet_info);

@@ -1,5 +1,6 @@
 /* ddp-worker: one rank of a data-parallel training job.
  *   ddp-run -n 2 -- ddp-worker --mode ddp --model mlp --epochs 3 */
+#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -120,7 +121,8 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     /* SIGTERM, SIGINT and SIGHUP (a closed terminal, a lost ssh session) end the job
      * between steps, with a checkpoint (trainer.h). */
-    struct sigaction sa = {.sa_handler = on_stop};
+    /* SA_RESTART: a write to a slow pipe goes on; libddp's waits end by ddp_interrupt, not EINTR. */
+    struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
@@ -143,7 +145,7 @@ int main(int argc, char **argv) {
                 t.metrics_path, strerror(t.metrics_error));
         return EXIT_FAILURE_RUN;
     }
-    if (r < 0 && trainer_stop_signal) /* interrupted: what ended it was the signal */
+    if (r == -EINTR && trainer_stop_signal) /* interrupted before training: what ended it was the signal */
         return 128 + trainer_stop_signal;
     if (r < 0)
         return t.usage_error ? EXIT_USAGE : EXIT_FAILURE_RUN;

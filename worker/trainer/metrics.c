@@ -33,9 +33,19 @@ static int metrics_keep_history(trainer *t) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    while (r == 0 && (n = getline(&line, &cap, in)) > 0)
-        if (line_step(line) <= t->step && write(out.fd, line, (size_t)n) != n)
-            r = -errno;
+    while (r == 0 && (n = getline(&line, &cap, in)) > 0) {
+        if (line_step(line) > t->step)
+            continue; /* written after the checkpoint: that work is lost */
+        for (ssize_t done = 0; r == 0 && done < n;) {
+            ssize_t w = write(out.fd, line + done, (size_t)(n - done));
+            if (w < 0 && errno != EINTR)
+                r = -errno;
+            else if (w == 0)
+                r = -EIO;
+            else if (w > 0)
+                done += w;
+        }
+    }
     if (r == 0 && ferror(in))
         r = -EIO;
     free(line);

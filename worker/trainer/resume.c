@@ -98,8 +98,8 @@ int resume_load(trainer *t) {
             r = trainer_refuse(t, -EINVAL,
                                "--resume: %s was written with --sampler %s --lr %g --momentum %g, not --sampler %s "
                                "--lr %g --momentum %g: it would not continue the same run",
-                               t->opts->checkpoint, info.sampler, info.lr, info.momentum, t->opts->sampler,
-                               t->opts->lr, t->opts->momentum);
+                               t->opts->checkpoint, info.sampler, info.lr, info.momentum, t->opts->sampler, t->opts->lr,
+                               t->opts->momentum);
         state[0] = r < 0 ? 1 : state[0];
         state[1] = info.step;
         state[2] = info.epoch;

@@ -52,6 +52,13 @@ static int trainer_should_stop(trainer *t, bool *ret_stop) {
 
 /* ---- set-up ------------------------------------------------------------------------- */
 
+/* A stop signal before training: nothing to keep, so set-up ends between its phases (and
+ * libddp's waits end at once, by ddp_interrupt). */
+static int trainer_check_stop(trainer *t) {
+    int sig = trainer_stop_signal;
+    return sig ? trainer_fail(t, -EINTR, "stopped by signal %d while starting", sig) : 0;
+}
+
 static int trainer_load_data(trainer *t) {
     const model_spec *s = &t->m.spec;
     if (s->loss == LOSS_MSE) { /* random data, the same on every rank for the seed */
@@ -179,6 +186,7 @@ int trainer_open(trainer *t, const worker_options *o) {
     t->local_batch = o->batch_size / t->world;
 
     TRY(trainer_load_data(t));
+    TRY(trainer_check_stop(t));
     sampler_kind kind;
     if (sampler_kind_from_string(o->sampler, &kind) < 0)
         return trainer_refuse(t, -EINVAL, "--sampler '%s': use partition or global", o->sampler);
@@ -190,6 +198,7 @@ int trainer_open(trainer *t, const worker_options *o) {
     TRY(devices_open(t));
     TRY(trainer_check_transport(t));
     TRY(trainer_open_model(t, &spec));
+    TRY(trainer_check_stop(t));
     if (o->resume)
         TRY(resume_load(t));
     TRY(trainer_open_sync(t));

@@ -117,6 +117,8 @@ START_TEST(test_bad_flags) {
         {{"--modes", "ddp,ddp"}, "'ddp' is not ddp, dp or ps (each at most once)"},
         {{"--modes", "ddp", "--", "--mode", "dp"}, "--mode after --: ddp-compare sets it for each run"},
         {{"--", "--steps=5"}, "--steps after --"},
+        {{"--", "--ste=5"}, "--ste after --"}, /* getopt would take it for --steps */
+        {{"--", "--checkpoint", "c.ckpt"}, "every run would share it"},
         {{"--", "--metrics", "x.jsonl"}, "--metrics after --"},
         {{"--out", file}, "exists and is not a directory"},
     };

@@ -25,27 +25,30 @@ static int run(proc *p, int n, const char *const *program) {
     return proc_wait(p, WAIT_MS);
 }
 
-/* Every collective x dtype x op x count {0, 1, 7, 1000, 2^20 + 3} against the reference.
- * Under the sanitizers, which look at code paths rather than results, worlds 4 and 8 run
- * 300000 in place of 2^20 + 3: still every algorithm and several ring blocks, while worlds
- * 1 to 3 take the largest count through every chunking path. */
-START_TEST(test_every_collective) {
-    static const int worlds[] = {1, 2, 3, 4, 8};
-    int n = worlds[_i];
+/* Every collective x dtype x op x count {0, 1, 7, 1000, 2^20 + 3} against the reference,
+ * on one transport: shared memory (the default on one host) or ZeroMQ. Under the
+ * sanitizers, which look at code paths rather than results, worlds 4 and 8 run 300000 in
+ * place of 2^20 + 3: still every algorithm and several chunks, while worlds 1 to 3 take the
+ * largest count through every chunking path. */
+static void every_collective(int n, const char *transport) {
+    char env[32];
+    snprintf(env, sizeof(env), "DDP_TRANSPORT=%s", transport);
     proc p;
-    const char *program[] = {COLL_CHECK_PATH, NULL, NULL, NULL};
+    const char *program[] = {"/usr/bin/env", env, COLL_CHECK_PATH, NULL, NULL, NULL};
 #ifdef DDP_SANITIZED
     if (n >= 4) {
-        program[1] = "--counts";
-        program[2] = "0,1,7,1000,300000";
+        program[3] = "--counts";
+        program[4] = "0,1,7,1000,300000";
     }
 #endif
     int code = run(&p, n, program);
-    ck_assert_msg(code == 0, "world %d exited %d:\n%s", n, code, proc_output(&p));
+    ck_assert_msg(code == 0, "world %d on %s exited %d:\n%s", n, transport, code, proc_output(&p));
     for (int r = 0; r < n; r++) {
-        char expected[64];
+        char expected[64], line[256];
+        snprintf(expected, sizeof(expected), "coll_check: rank %d uses %s", r, n == 1 ? "zmq" : transport);
+        ck_assert_msg(proc_expect(&p, expected, 0, NULL, 0), "expected '%s' in:\n%s", expected, proc_output(&p));
+        p.cursor = 0;
         snprintf(expected, sizeof(expected), "coll_check: rank %d: ", r);
-        char line[256];
         ck_assert_msg(proc_expect(&p, expected, 0, line, sizeof(line)), "%s", proc_output(&p));
         ck_assert_msg(strstr(line, " 0 failed"), "%s", line);
         p.cursor = 0;
@@ -53,16 +56,16 @@ START_TEST(test_every_collective) {
     ck_assert_msg(!strstr(proc_output(&p), "FAIL"), "%s", proc_output(&p));
     proc_close(&p);
 }
+
+START_TEST(test_every_collective_shm) {
+    static const int worlds[] = {1, 2, 3, 4, 8};
+    every_collective(worlds[_i], "shm");
+}
 END_TEST
 
-/* With remote reads off, large chunks travel through the sockets: the same results. */
-START_TEST(test_sockets_only) {
-    proc p;
-    const char *program[] = {"/usr/bin/env", "DDP_REMOTE_READS=0", COLL_CHECK_PATH, "--counts", "7,1048579", NULL};
-    int code = run(&p, 3, program);
-    ck_assert_msg(code == 0, "exited %d: %s", code, proc_output(&p));
-    ck_assert_msg(!strstr(proc_output(&p), "FAIL"), "%s", proc_output(&p));
-    proc_close(&p);
+START_TEST(test_every_collective_zmq) {
+    static const int worlds[] = {2, 3, 8};
+    every_collective(worlds[_i], "zmq");
 }
 END_TEST
 
@@ -221,12 +224,14 @@ static TCase *add_case(Suite *s, TCase *tc) {
 int main(int argc, char **argv) {
     Suite *s = suite_create("collectives");
     /* Cases CTest runs side by side: the matrix one world at a time, then the rest. */
-    tcase_add_loop_test(add_case(s, tcase_create("world1")), test_every_collective, 0, 1);
-    tcase_add_loop_test(add_case(s, tcase_create("world2")), test_every_collective, 1, 2);
-    tcase_add_loop_test(add_case(s, tcase_create("world3")), test_every_collective, 2, 3);
-    tcase_add_loop_test(add_case(s, tcase_create("world4")), test_every_collective, 3, 4);
-    tcase_add_loop_test(add_case(s, tcase_create("world8")), test_every_collective, 4, 5);
-    tcase_add_test(add_case(s, tcase_create("sockets")), test_sockets_only);
+    tcase_add_loop_test(add_case(s, tcase_create("world1")), test_every_collective_shm, 0, 1);
+    tcase_add_loop_test(add_case(s, tcase_create("world2")), test_every_collective_shm, 1, 2);
+    tcase_add_loop_test(add_case(s, tcase_create("world3")), test_every_collective_shm, 2, 3);
+    tcase_add_loop_test(add_case(s, tcase_create("world4")), test_every_collective_shm, 3, 4);
+    tcase_add_loop_test(add_case(s, tcase_create("world8")), test_every_collective_shm, 4, 5);
+    tcase_add_loop_test(add_case(s, tcase_create("zmq-world2")), test_every_collective_zmq, 0, 1);
+    tcase_add_loop_test(add_case(s, tcase_create("zmq-world3")), test_every_collective_zmq, 1, 2);
+    tcase_add_loop_test(add_case(s, tcase_create("zmq-world8")), test_every_collective_zmq, 2, 3);
     tcase_add_test(add_case(s, tcase_create("same-bits")), test_same_bits_every_run);
     tcase_add_test(add_case(s, tcase_create("bench")), test_bench);
     TCase *faults = add_case(s, tcase_create("faults"));

@@ -6,7 +6,8 @@
  * each checks its own result: integers exactly, floats within a tolerance for their
  * precision. All-reduce results are hashed and all-gathered to check that every rank holds
  * the same bits, and digested: the same inputs must give the same digest on every run.
- * Prints one line per failure, "coll_check: digest of rank R: D" and
+ * Prints "coll_check: rank R uses T" (its transport), one line per failure,
+ * "coll_check: digest of rank R: D" and
  * "coll_check: rank R: P passed, F failed". */
 #include <errno.h>
 #include <math.h>
@@ -37,25 +38,46 @@ static double input_value(int r, uint64_t i, ddp_dtype t) {
 
 static void store(void *buf, uint64_t i, ddp_dtype t, double v) {
     switch (t) {
-    case DDP_F32: ((float *)buf)[i] = (float)v; break;
-    case DDP_F64: ((double *)buf)[i] = v; break;
-    case DDP_F16: ((uint16_t *)buf)[i] = float_to_half((float)v); break;
-    case DDP_BF16: ((uint16_t *)buf)[i] = float_to_bf16((float)v); break;
-    case DDP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case DDP_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case DDP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case DDP_F32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case DDP_F64:
+        ((double *)buf)[i] = v;
+        break;
+    case DDP_F16:
+        ((uint16_t *)buf)[i] = float_to_half((float)v);
+        break;
+    case DDP_BF16:
+        ((uint16_t *)buf)[i] = float_to_bf16((float)v);
+        break;
+    case DDP_I32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case DDP_I64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case DDP_U8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
     }
 }
 
 static double load(const void *buf, uint64_t i, ddp_dtype t) {
     switch (t) {
-    case DDP_F32: return ((const float *)buf)[i];
-    case DDP_F64: return ((const double *)buf)[i];
-    case DDP_F16: return half_to_float(((const uint16_t *)buf)[i]);
-    case DDP_BF16: return bf16_to_float(((const uint16_t *)buf)[i]);
-    case DDP_I32: return ((const int32_t *)buf)[i];
-    case DDP_I64: return (double)((const int64_t *)buf)[i];
-    case DDP_U8: return ((const uint8_t *)buf)[i];
+    case DDP_F32:
+        return ((const float *)buf)[i];
+    case DDP_F64:
+        return ((const double *)buf)[i];
+    case DDP_F16:
+        return half_to_float(((const uint16_t *)buf)[i]);
+    case DDP_BF16:
+        return bf16_to_float(((const uint16_t *)buf)[i]);
+    case DDP_I32:
+        return ((const int32_t *)buf)[i];
+    case DDP_I64:
+        return (double)((const int64_t *)buf)[i];
+    case DDP_U8:
+        return ((const uint8_t *)buf)[i];
     }
     return 0;
 }
@@ -70,10 +92,19 @@ static double reference(uint64_t i, ddp_dtype t, ddp_op op) {
     for (int r = 1; r < world; r++) {
         double x = input_value(r, i, t);
         switch (op) {
-        case DDP_SUM: case DDP_AVG: acc += x; break;
-        case DDP_PROD: acc *= x; break;
-        case DDP_MIN: acc = x < acc ? x : acc; break;
-        case DDP_MAX: acc = x > acc ? x : acc; break;
+        case DDP_SUM:
+        case DDP_AVG:
+            acc += x;
+            break;
+        case DDP_PROD:
+            acc *= x;
+            break;
+        case DDP_MIN:
+            acc = x < acc ? x : acc;
+            break;
+        case DDP_MAX:
+            acc = x > acc ? x : acc;
+            break;
         }
         if (t == DDP_U8)
             acc = (double)(uint8_t)(unsigned)acc;
@@ -109,16 +140,16 @@ static void check_call(int r, ddp_group *g, const char *what, uint64_t count, dd
 }
 
 /* Compares buf[0..n) with want(i), reporting the first difference. */
-#define EXPECT_ELEMENTS(what, count, t, op, n, buf, want_expr)                                   \
-    do {                                                                                         \
-        char detail_[160] = "";                                                                  \
-        for (uint64_t i = 0; i < (n) && !detail_[0]; i++) {                                      \
-            double want_ = (want_expr), got_ = load((buf), i, (t));                             \
-            if (!close_enough(got_, want_, (t)))                                                 \
-                snprintf(detail_, sizeof(detail_), "element %llu is %g, expected %g",             \
-                         (unsigned long long)i, got_, want_);                                    \
-        }                                                                                        \
-        check(!detail_[0], (what), (count), (t), (op), detail_);                                 \
+#define EXPECT_ELEMENTS(what, count, t, op, n, buf, want_expr)                                                         \
+    do {                                                                                                               \
+        char detail_[160] = "";                                                                                        \
+        for (uint64_t i = 0; i < (n) && !detail_[0]; i++) {                                                            \
+            double want_ = (want_expr), got_ = load((buf), i, (t));                                                    \
+            if (!close_enough(got_, want_, (t)))                                                                       \
+                snprintf(detail_, sizeof(detail_), "element %llu is %g, expected %g", (unsigned long long)i, got_,     \
+                         want_);                                                                                       \
+        }                                                                                                              \
+        check(!detail_[0], (what), (count), (t), (op), detail_);                                                       \
     } while (0)
 
 static uint64_t digest = 1469598103934665603ull; /* of every all_reduce result, in order */
@@ -134,8 +165,8 @@ static uint64_t fnv1a(const void *buf, size_t n) {
 }
 
 /* Every rank must hold the same bits: gather the hashes everywhere and compare. */
-static void check_identical(ddp_group *g, const void *buf, size_t bytes, const char *what, uint64_t count,
-                            ddp_dtype t, int op) {
+static void check_identical(ddp_group *g, const void *buf, size_t bytes, const char *what, uint64_t count, ddp_dtype t,
+                            int op) {
     uint64_t mine = fnv1a(buf, bytes), *all = calloc((size_t)world, sizeof(uint64_t));
     check_call(ddp_all_gather(g, &mine, all, 1, DDP_I64), g, "all_gather of hashes", 1, DDP_I64, -1);
     bool same = true;
@@ -151,8 +182,7 @@ static void fill_input(void *buf, int r, uint64_t n, ddp_dtype t) {
 }
 
 static void run_reductions(ddp_group *g, uint64_t count, ddp_dtype t, size_t es, int root) {
-    void *buf = malloc(count * es + 1), *big = malloc((size_t)world * count * es + 1),
-         *out = malloc(count * es + 1);
+    void *buf = malloc(count * es + 1), *big = malloc((size_t)world * count * es + 1), *out = malloc(count * es + 1);
     for (int op = DDP_SUM; op <= DDP_AVG; op++) {
         if (op == DDP_AVG && !is_float(t)) {
             int r = ddp_all_reduce(g, buf, count, t, DDP_AVG);
@@ -197,7 +227,8 @@ static void run_data_movement(ddp_group *g, uint64_t count, ddp_dtype t, size_t 
     memset(big, 0, all);
     check_call(ddp_gather(g, mine, rank == root ? big : NULL, count, t, root), g, "gather", count, t, -1);
     if (rank == root)
-        EXPECT_ELEMENTS("gather", count, t, -1, (uint64_t)world * count, big, input_value((int)(i / count), i % count, t));
+        EXPECT_ELEMENTS("gather", count, t, -1, (uint64_t)world * count, big,
+                        input_value((int)(i / count), i % count, t));
 
     if (rank == root) /* block k is rank k's input */
         for (int k = 0; k < world; k++)
@@ -208,7 +239,8 @@ static void run_data_movement(ddp_group *g, uint64_t count, ddp_dtype t, size_t 
 
     memset(big, 0, all);
     check_call(ddp_all_gather(g, mine, big, count, t), g, "all_gather", count, t, -1);
-    EXPECT_ELEMENTS("all_gather", count, t, -1, (uint64_t)world * count, big, input_value((int)(i / count), i % count, t));
+    EXPECT_ELEMENTS("all_gather", count, t, -1, (uint64_t)world * count, big,
+                    input_value((int)(i / count), i % count, t));
 
     /* send/recv round the ring, with two tags sent in one order and received in the other */
     if (world > 1) {
@@ -271,6 +303,7 @@ int main(int argc, char **argv) {
     }
     rank = ddp_rank(g);
     world = ddp_world_size(g);
+    printf("coll_check: rank %d uses %s\n", rank, ddp_transport(g));
 
     char counts[256];
     snprintf(counts, sizeof(counts), "%s", counts_arg);

@@ -7,7 +7,9 @@
  *   coll_chain.c   large broadcast and reduce: a pipelined chain from (or to) the root;
  *   coll_rooted.c  gather and scatter;
  *   p2p.c          send and recv;
- *   coll_chunks.c  the chunked sends and receives all of them are made of.
+ *   coll_chunks.c  the chunked sends and receives all of them are made of;
+ *   coll_shm.c     all of them but send and recv, through shared memory, when every rank
+ *                  is on this host (then they replace the others).
  * Each runs on the calling thread with the arguments already checked, and returns 0 or a
  * negative error recorded in the data plane's error (the group's last error). */
 #pragma once
@@ -15,7 +17,7 @@
 
 #include "worker/libddp/comm.h"
 
-typedef struct {
+typedef struct coll_args {
     comm_call call;   /* kind, dtype, op, root, seq, count, deadline */
     const void *send; /* the caller's input; for in-place calls the same as recv */
     void *recv;
@@ -42,6 +44,10 @@ int coll_scatter(comm *c, const coll_args *a);
 
 int coll_send(comm *c, const coll_args *a);
 int coll_recv(comm *c, const coll_args *a);
+
+/* coll_shm.c: the shared-memory collectives, set up with every peer (a collective of the
+ * job); c->collectives then runs them. */
+int coll_shm_open(comm *c);
 
 /* coll_chunks.c. Sends elements [offset, offset + n) of buf (already offset) to dst in chunks. */
 int coll_send_range(comm *c, int dst, const comm_call *call, int32_t tag, const char *buf, uint64_t offset, uint64_t n,

@@ -53,7 +53,8 @@ static int coll_execute(ddp_group *g, coll_args *a) {
     if (g->failed)
         return g->failed;
     a->call.deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms;
-    int r = coll_dispatch(&g->comm, a);
+    comm *c = &g->comm;
+    int r = c->collectives && a->call.kind != COLL_SEND ? c->collectives->run(c, a) : coll_dispatch(c, a);
     if (r < 0) /* a mismatched recv too: the rest of that message is still queued, out of step */
         g->failed = r;
     return r;

@@ -5,6 +5,10 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/error.h"
 
 _Static_assert(sizeof(comm_header) == 72, "the header is 72 bytes on the wire");
 
@@ -34,12 +38,49 @@ int comm_start(comm *c, const comm_peers *peers) {
 }
 
 void comm_close(comm *c, bool job_failed) {
+    if (c->collectives)
+        c->collectives->close(c);
     if (c->transport)
         c->transport->close(c, job_failed);
     free(c->stats.sent_to);
     free(c->stats.received_from);
     c->stats.sent_to = c->stats.received_from = NULL;
     c->transport = NULL;
+}
+
+#define TAG_AGREE_UP (-2) /* negative tags are the data plane's own */
+#define TAG_AGREE_DOWN (-3)
+
+static int agree_recv(comm *c, comm_call *call, int src, int32_t tag, int32_t *ret) {
+    comm_frame *f;
+    call->root = src;
+    TRY(comm_recv(c, src, call, tag, &f));
+    memcpy(ret, f->data, sizeof(*ret));
+    comm_frame_free(c, f);
+    return 0;
+}
+
+int comm_agree_min(comm *c, int32_t *value) {
+    int n = c->peers.world, rank = c->peers.rank, left = (rank + n - 1) % n, right = (rank + 1) % n;
+    if (n == 1)
+        return 0;
+    comm_call call = {
+        .kind = COLL_SEND, .t = DTYPE_I32, .count = 1, .deadline_ms = clock_now_ms() + (uint64_t)c->timeout_ms};
+    int32_t v = *value, theirs;
+    if (rank > 0) { /* up: 0 -> n-1, each adding its own */
+        TRY(agree_recv(c, &call, left, TAG_AGREE_UP, &theirs));
+        v = theirs < v ? theirs : v;
+    }
+    call.root = right;
+    if (rank < n - 1) {
+        TRY(comm_send(c, right, &call, TAG_AGREE_UP, 0, &v, 1, false));
+        TRY(agree_recv(c, &call, left, TAG_AGREE_DOWN, &v)); /* down: from n-1 round to n-2 */
+        call.root = right;
+    }
+    if (rank != n - 2) /* everyone but the last to hear it passes it on */
+        TRY(comm_send(c, right, &call, TAG_AGREE_DOWN, 0, &v, 1, false));
+    *value = v;
+    return 0;
 }
 
 int comm_fail(comm *c, int err, const char *fmt, ...) {

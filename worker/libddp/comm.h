@@ -89,6 +89,7 @@ typedef struct {
 } comm_stats;
 
 typedef struct comm comm;
+struct coll_args;
 
 typedef struct {
     const char *name;
@@ -122,9 +123,20 @@ typedef struct {
     uint64_t (*chunk_bytes)(const comm *c);
 } comm_transport;
 
+/* Whole collectives that a transport of its own runs (shared memory among the ranks of one
+ * host, coll_shm.c), instead of the algorithms of coll_*.c over frames; point-to-point
+ * stays with the frames' transport. */
+typedef struct {
+    const char *name;
+    int (*run)(comm *c, const struct coll_args *a);
+    void (*close)(comm *c);
+} comm_collectives;
+
 struct comm {
     const comm_transport *transport;
-    void *impl; /* the transport's state */
+    void *impl;                          /* the transport's state */
+    const comm_collectives *collectives; /* NULL: the algorithms over frames */
+    void *collectives_impl;
     comm_peers peers;
     int timeout_ms;     /* each call's limit, for messages */
     const job_end *end; /* the job's end: every wait gives up with it */
@@ -181,6 +193,10 @@ static inline bool comm_buffers_exposed(const comm *c) {
 static inline uint64_t comm_chunk_elems(const comm *c, dtype t) {
     return c->transport->chunk_bytes(c) / dtype_size(t);
 }
+
+/* Every rank's value becomes the least of them: it goes round the ring from rank 0 to rank
+ * n-1 and back (2(n-1) small frames, on the data plane's own tags). For agreeing at set-up. */
+int comm_agree_min(comm *c, int32_t *value);
 
 /* For transports and algorithms: records the failure in c->error; returns err. */
 int comm_fail(comm *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

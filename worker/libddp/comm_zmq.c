@@ -3,27 +3,14 @@
  * Each rank binds one PULL socket (advertised at join) and connects a PUSH socket to each
  * peer it sends to, lazily. A message is [header][payload]. Messages that arrive before
  * anyone asks for them wait in a per-source matching queue. Every wait polls the socket
- * and the job's end together, with a deadline.
- *
- * When every rank is on this host and the kernel lets them (probed once, at start), a
- * large zero-copy send within a collective carries no payload: the frame names the
- * buffer's address and the receiver copies straight out of the sender's memory with
- * process_vm_readv (cross-memory attach, as MPI libraries do on one node), then
- * acknowledges so that the sender's finish() knows the buffer is free. That skips two
- * kernel socket copies of every large chunk.
- *
- * (About 680 lines, over the folder's 600: one transport's sockets, matching queue,
- * zero-copy bookkeeping and remote reads share one private state; the shared-memory
- * transport, its own issue, takes the remote reads out.) */
-#define _GNU_SOURCE /* process_vm_readv */
+ * and the job's end together, with a deadline. Between hosts, and for point-to-point
+ * messages; the collectives of ranks on one host go through shared memory (shm.c). */
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <zmq.h>
 
@@ -37,19 +24,6 @@
 #define ZMQ_SOCKET_BUFFER (4 << 20)       /* kernel buffers: fewer wake-ups per megabyte (capped by wmem_max) */
 #define ZMQ_ZERO_COPY_MIN (64u << 10)     /* below this a copy is cheaper than the bookkeeping */
 #define ZMQ_MAX_QUEUED_BYTES (1ull << 30) /* early arrivals held at once */
-
-#define REMOTE_MIN (64u << 10)          /* smaller chunks are cheaper through the socket */
-#define REMOTE_CHUNK_BYTES (4u << 20)   /* frames read from a peer's memory */
-#define REMOTE_PIECE_BYTES (128u << 10) /* read from a peer, then reduced while in cache */
-#define REMOTE_ABORT_GRACE_MS 3000      /* how long a vanished peer's abort notice may take */
-
-#define FLAG_REMOTE 1 /* no payload: read n elements at addr from the sender */
-#define FLAG_ACK 2    /* the receiver has read a FLAG_REMOTE frame */
-
-/* Negative tags are the data plane's own: the remote-read probe and the agreement on it. */
-#define TAG_PROBE (-1)
-#define TAG_AGREE_UP (-2)
-#define TAG_AGREE_DOWN (-3)
 
 typedef struct zmq_frame {
     comm_frame f; /* first: the data plane's view */
@@ -69,11 +43,7 @@ typedef struct {
     pthread_cond_t inflight_done;
     uint64_t dropped; /* malformed or stale frames */
     char dropped_why[160];
-    bool remote_reads; /* every peer's memory can be read with process_vm_readv */
-    void *scratch;     /* where remote frames land when they are to be reduced, not kept */
-    size_t scratch_size;
-    long remote_pending; /* FLAG_REMOTE frames sent and not yet acknowledged */
-    bool exposed;        /* a failed call left buffers a peer or ZeroMQ may still read */
+    bool exposed; /* a failed call left buffers a peer or ZeroMQ may still read */
 } zmq_plane;
 
 static zmq_plane *plane(const comm *c) {
@@ -96,7 +66,8 @@ static int zmq_socket_setup(void *socket) {
 }
 
 static uint64_t zmq_chunk_bytes(const comm *c) {
-    return plane(c)->remote_reads ? REMOTE_CHUNK_BYTES : ZMQ_CHUNK_BYTES;
+    (void)c;
+    return ZMQ_CHUNK_BYTES;
 }
 
 static int zmq_listen(comm *c, const char *endpoint, char *ret_endpoint, size_t size) {
@@ -188,13 +159,7 @@ static int zmq_send_frame(comm *c, int dst, const comm_call *call, int32_t tag, 
     };
     size_t bytes = (size_t)n * dtype_size(call->t);
     zmq_msg_t m;
-    /* Point-to-point keeps socket semantics: a send must not wait for the receiver to call. */
-    if (zero_copy && p->remote_reads && call->kind != COLL_SEND && bytes >= REMOTE_MIN) {
-        h.flags = FLAG_REMOTE;
-        h.addr = (uint64_t)(uintptr_t)data;
-        p->remote_pending++;
-        zmq_msg_init(&m);
-    } else if (zero_copy && bytes >= ZMQ_ZERO_COPY_MIN) {
+    if (zero_copy && bytes >= ZMQ_ZERO_COPY_MIN) {
         atomic_fetch_add(&p->inflight, 1);
         if (zmq_msg_init_data(&m, (void *)data, bytes, zmq_released, p) < 0) {
             atomic_fetch_sub(&p->inflight, 1);
@@ -216,101 +181,21 @@ static int zmq_send_frame(comm *c, int dst, const comm_call *call, int32_t tag, 
     return 0;
 }
 
-/* Tells the sender of a FLAG_REMOTE frame that its buffer has been read. */
-static void zmq_send_ack(comm *c, const comm_header *read) {
-    void *s = NULL;
-    if (zmq_peer_socket(c, read->src, &s) < 0)
-        return;
-    comm_header h = *read;
-    h.src = c->peers.rank;
-    h.flags = FLAG_ACK;
-    h.n = 0;
-    zmq_send(s, &h, sizeof(h), ZMQ_SNDMORE | ZMQ_DONTWAIT);
-    zmq_send(s, "", 0, ZMQ_DONTWAIT);
-}
-
-/* Copies bytes at offset within a FLAG_REMOTE frame out of the sender's memory. */
-static int zmq_read_remote_part(comm *c, const comm_frame *f, size_t offset, void *dst, size_t bytes) {
-    struct iovec local = {dst, bytes}, remote = {(char *)(uintptr_t)f->h.addr + offset, bytes};
-    pid_t pid = (pid_t)c->peers.pids[f->h.src];
-    ssize_t got = bytes ? process_vm_readv(pid, &local, 1, &remote, 1, 0) : 0;
-    if (got != (ssize_t)bytes) {
-        int r = got < 0 ? -errno : -EIO, err = errno;
-        /* A peer's memory goes away only when the job is ending: it left its call because
-         * another rank died, or it died itself. ddpd's word on that is the better error, and
-         * it is due within the liveness window: wait for it that long. */
-        struct pollfd pfd = {.fd = c->end->fd, .events = POLLIN};
-        poll(&pfd, 1, REMOTE_ABORT_GRACE_MS);
-        TRY(comm_check_end(c));
-        return comm_fail(c, r, "could not read %zu bytes from rank %d (pid %d): %s", bytes, f->h.src, (int)pid,
-                         got < 0 ? strerror(err) : "short read");
-    }
-    return 0;
-}
-
-/* Tells the sender that a remote frame has been read: its buffer is free. */
-static void zmq_remote_done(comm *c, comm_frame *f) {
-    zmq_send_ack(c, &f->h);
-    f->h.flags = 0; /* read: acknowledged once */
-}
-
-/* Copies a FLAG_REMOTE frame's elements out of the sender's memory into dst. */
-static int zmq_read_remote(comm *c, comm_frame *f, void *dst) {
-    TRY(zmq_read_remote_part(c, f, 0, dst, f->h.n * dtype_size(f->h.dtype)));
-    zmq_remote_done(c, f);
-    return 0;
-}
-
-/* The scratch buffer, at least bytes long. */
-static int zmq_scratch(comm *c, size_t bytes, void **ret) {
-    zmq_plane *p = plane(c);
-    /* One buffer, reused: its pages stay mapped and, at the sizes used, in cache. */
-    if (bytes > p->scratch_size) {
-        void *grown = realloc(p->scratch, bytes);
-        if (!grown)
-            return comm_fail(c, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
-        p->scratch = grown;
-        p->scratch_size = bytes;
-    }
-    *ret = p->scratch;
-    return 0;
-}
-
 static int zmq_frame_copy_to(comm *c, comm_frame *f, void *dst) {
-    if (f->h.flags & FLAG_REMOTE)
-        return zmq_read_remote(c, f, dst);
+    (void)c;
     memcpy(dst, f->data, f->h.n * dtype_size(f->h.dtype));
     return 0;
 }
 
 static int zmq_frame_data(comm *c, comm_frame *f, const void **ret_data) {
-    if (f->h.flags & FLAG_REMOTE) {
-        void *scratch = NULL;
-        TRY(zmq_scratch(c, f->h.n * dtype_size(f->h.dtype), &scratch));
-        TRY(zmq_read_remote(c, f, scratch));
-        f->data = scratch;
-    }
+    (void)c;
     *ret_data = f->data;
     return 0;
 }
 
 static int zmq_frame_reduce_pair(comm *c, comm_frame *f, void *dst, const void *own, reduce_op op) {
-    dtype t = f->h.dtype;
-    size_t es = dtype_size(t);
-    if (!(f->h.flags & FLAG_REMOTE)) {
-        reduce_pair(dst, f->data, own, f->h.n, t, op);
-        return 0;
-    }
-    /* Read and reduce a piece at a time: each piece is still in cache when it is added. */
-    size_t piece = REMOTE_PIECE_BYTES / es, n = f->h.n;
-    void *scratch = NULL;
-    TRY(zmq_scratch(c, (n < piece ? n : piece) * es, &scratch));
-    for (size_t done = 0; done < n; done += piece) {
-        size_t len = n - done < piece ? n - done : piece;
-        TRY(zmq_read_remote_part(c, f, done * es, scratch, len * es));
-        reduce_pair((char *)dst + done * es, scratch, (const char *)own + done * es, len, t, op);
-    }
-    zmq_remote_done(c, f);
+    (void)c;
+    reduce_pair(dst, f->data, own, f->h.n, f->h.dtype, op);
     return 0;
 }
 
@@ -358,20 +243,13 @@ static void zmq_read_one(comm *c) {
         else if (!dtype_valid(h->dtype) || !reduce_op_valid(h->op) || h->kind < COLL_SEND ||
                  h->kind > COLL_REDUCE_SCATTER)
             why = "an unknown kind, dtype or op";
-        else if (h->flags & ~(FLAG_REMOTE | FLAG_ACK) || h->n > DDP_MAX_DATA_MSG_BYTES)
+        else if (h->flags || h->n > DDP_MAX_DATA_MSG_BYTES)
             why = "unknown flags or too many elements";
-        else if (zmq_msg_size(&z->payload) != (h->flags ? 0 : h->n * dtype_size(h->dtype)))
+        else if (zmq_msg_size(&z->payload) != h->n * dtype_size(h->dtype))
             why = "a payload whose size does not match its header";
-        else if (h->flags == FLAG_ACK) {
-            if (p->remote_pending > 0)
-                p->remote_pending--;
-            zmq_frame_free(&z->f);
-            return;
-        } else if (p->queued_bytes + zmq_msg_size(&z->payload) > ZMQ_MAX_QUEUED_BYTES)
+        else if (p->queued_bytes + zmq_msg_size(&z->payload) > ZMQ_MAX_QUEUED_BYTES)
             why = "more early data than the matching queue holds";
-        /* A remote frame is read when it is used; a neighbour that finished the probe
-         * may send one before this rank has, so it is taken whatever remote_reads says. */
-        else if (h->flags != FLAG_REMOTE && zmq_frame_align(z) < 0)
+        else if (zmq_frame_align(z) < 0)
             why = "no memory to align its payload";
     }
     if (why) {
@@ -380,7 +258,7 @@ static void zmq_read_one(comm *c) {
         zmq_frame_free(&z->f);
         return;
     }
-    p->queued_bytes += zmq_msg_size(&z->payload); /* a remote frame holds nothing */
+    p->queued_bytes += zmq_msg_size(&z->payload);
     comm_count_received(c, h->src, h->n * dtype_size(h->dtype));
     zmq_frame **tail = &p->queue[h->src];
     while (*tail)
@@ -508,93 +386,22 @@ static int zmq_flush(comm *c, uint64_t deadline_ms) {
     return 0;
 }
 
-/* Waits until every peer has read the buffers named in FLAG_REMOTE frames. */
-static int zmq_wait_remote_reads(comm *c, uint64_t deadline_ms) {
-    zmq_plane *p = plane(c);
-    while (p->remote_pending > 0) {
-        int r = zmq_poll_data(c, deadline_ms);
-        if (r == -ETIMEDOUT)
-            return comm_fail(c, r, "%ld buffers not read by their peers within %d ms", p->remote_pending,
-                             c->timeout_ms);
-        TRY(r);
-    }
-    return 0;
-}
-
 static bool zmq_buffers_exposed(const comm *c) {
     return plane(c)->exposed;
 }
 
 static int zmq_finish(comm *c, int result, uint64_t deadline_ms) {
     zmq_plane *p = plane(c);
-    if (result == 0 && p->remote_pending > 0)
-        result = zmq_wait_remote_reads(c, deadline_ms);
     if (result == 0 && atomic_load(&p->inflight) > 0)
         result = zmq_flush(c, deadline_ms);
     if (result < 0) {
         if (atomic_load(&p->inflight) > 0)
             zmq_cancel(c);
-        /* The job is over, but a peer may still read what it was told of: the caller must
-         * not free such buffers (buffers_exposed). */
-        p->exposed = p->remote_pending > 0 || atomic_load(&p->inflight) > 0;
-        p->remote_pending = 0;
+        /* The job is over, but ZeroMQ may still hold a buffer: the caller must not free
+         * such buffers (buffers_exposed). */
+        p->exposed = atomic_load(&p->inflight) > 0;
     }
     return result;
-}
-
-/* One int32 from src, on the data plane's own tag. */
-static int zmq_recv_int(comm *c, int src, comm_call *call, int32_t tag, int32_t *ret) {
-    comm_frame *f;
-    call->root = src;
-    TRY(zmq_recv_frame(c, src, call, tag, &f));
-    memcpy(ret, f->data, sizeof(*ret));
-    zmq_frame_free(f);
-    return 0;
-}
-
-/* Whether this rank can read its left neighbour's memory (process_vm_readv needs the same
- * user and no ptrace restriction), and then whether every rank can: the answer goes down
- * the ring as a running minimum from rank 0 to rank n-1, and back round from there, so
- * every rank relies on remote reads only if all of them can. */
-static int zmq_probe_remote_reads(comm *c) {
-    static const uint64_t magic = 0x216b6f2064706464ull; /* "ddpd ok!" */
-    int n = c->peers.world, rank = c->peers.rank, left = (rank + n - 1) % n, right = (rank + 1) % n;
-    comm_call call = {.kind = COLL_SEND,
-                      .t = DTYPE_I64,
-                      .count = 1,
-                      .root = right,
-                      .deadline_ms = clock_now_ms() + (uint64_t)c->timeout_ms};
-    uint64_t addr = (uint64_t)(uintptr_t)&magic, remote_addr = 0, value = 0;
-    TRY(zmq_send_frame(c, right, &call, TAG_PROBE, 0, &addr, 1, false));
-    comm_frame *f;
-    call.root = left;
-    TRY(zmq_recv_frame(c, left, &call, TAG_PROBE, &f));
-    memcpy(&remote_addr, f->data, sizeof(remote_addr));
-    zmq_frame_free(f);
-    struct iovec local = {&value, sizeof(value)}, remote = {(void *)(uintptr_t)remote_addr, sizeof(value)};
-    int32_t ok = process_vm_readv((pid_t)c->peers.pids[left], &local, 1, &remote, 1, 0) == (ssize_t)sizeof(value) &&
-                 value == magic;
-    const char *wanted = getenv("DDP_REMOTE_READS"); /* "0": sockets only, for comparison or doubt */
-    if (wanted && strcmp(wanted, "0") == 0)
-        ok = 0;
-    /* Agree: the minimum travels 0 -> n-1, then the result n-1 -> 0 -> ... -> n-2. */
-    call = (comm_call){.kind = COLL_SEND, .t = DTYPE_I32, .count = 1, .deadline_ms = call.deadline_ms};
-    int32_t theirs;
-    if (rank > 0) {
-        TRY(zmq_recv_int(c, left, &call, TAG_AGREE_UP, &theirs));
-        ok = ok && theirs;
-    }
-    if (rank < n - 1) {
-        call.root = right;
-        TRY(zmq_send_frame(c, right, &call, TAG_AGREE_UP, 0, &ok, 1, false));
-        TRY(zmq_recv_int(c, left, &call, TAG_AGREE_DOWN, &ok));
-    }
-    if (rank < n - 2 || rank == n - 1) { /* everyone but the last to learn it passes it on */
-        call.root = right;
-        TRY(zmq_send_frame(c, right, &call, TAG_AGREE_DOWN, 0, &ok, 1, false));
-    }
-    plane(c)->remote_reads = ok;
-    return 0;
 }
 
 static int zmq_start(comm *c) {
@@ -603,8 +410,6 @@ static int zmq_start(comm *c) {
     p->queue = calloc((size_t)c->peers.world, sizeof(zmq_frame *));
     if (!p->push || !p->queue)
         return comm_fail(c, -ENOMEM, "out of memory");
-    if (c->peers.one_host && c->peers.world > 1)
-        return zmq_probe_remote_reads(c);
     return 0;
 }
 
@@ -638,7 +443,6 @@ static void zmq_close_plane(comm *c, bool job_failed) {
     zmq_ctx_term(p->ctx);
     pthread_mutex_destroy(&p->inflight_lock);
     pthread_cond_destroy(&p->inflight_done);
-    free(p->scratch);
     free(p);
     c->impl = NULL;
 }

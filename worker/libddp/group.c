@@ -23,6 +23,7 @@ typedef struct {
     char job[DDP_MAX_JOB_NAME + 1];
     char mode[DDP_MAX_MODE + 1];
     char data_endpoint[DDP_MAX_ENDPOINT + 1];
+    char transport[8];
     int world_size, rank, local_rank;
     int timeout_ms, join_timeout_ms, connect_timeout_ms;
 } group_settings;
@@ -113,6 +114,11 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
         snprintf(init_error, sizeof(init_error), "data endpoint %s", why);
         return -EINVAL;
     }
+    TRY(settings_string(s->transport, sizeof(s->transport), o->transport, "DDP_TRANSPORT", "auto", "transport"));
+    if (strcmp(s->transport, "auto") && strcmp(s->transport, "shm") && strcmp(s->transport, "zmq")) {
+        snprintf(init_error, sizeof(init_error), "transport '%s': use auto, shm or zmq", s->transport);
+        return -EINVAL;
+    }
 
     s->world_size = o->world_size;
     if (s->world_size <= 0)
@@ -186,6 +192,17 @@ static void group_free(ddp_group *g) {
     free(g);
 }
 
+/* This host's name as ddpd hears it: $DDP_HOST when set (a container, or two "hosts" on
+ * one machine in the tests), else gethostname. Ranks of one name share memory. */
+static void group_host(char *host, size_t size) {
+    const char *given = getenv("DDP_HOST");
+    if (given && *given && wire_name_valid(given, size - 1))
+        snprintf(host, size, "%s", given);
+    else if (gethostname(host, size - 1) < 0)
+        snprintf(host, size, "localhost");
+    host[size - 1] = '\0';
+}
+
 /* The data plane's stall report goes to ddpd with the control thread's heartbeats. */
 static void group_waiting(void *ctx, int peer, const char *what) {
     agent_set_waiting(ctx, peer, what);
@@ -193,8 +210,8 @@ static void group_waiting(void *ctx, int peer, const char *what) {
 
 /* Joins the job and waits for it to form; *ret_peers is the data plane's view of the others. */
 static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_peers) {
-    char host[DDP_MAX_HOST + 1] = "localhost";
-    gethostname(host, sizeof(host) - 1);
+    char host[DDP_MAX_HOST + 1];
+    group_host(host, sizeof(host));
     Ddp__Join body = DDP__JOIN__INIT;
     body.world_size = (uint32_t)s->world_size;
     body.rank = s->rank;
@@ -247,6 +264,21 @@ static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_pee
         return -ENOMEM;
     }
     return 0;
+}
+
+/* Shared memory for the collectives where every rank is on this host and every rank wants
+ * it (they agree first: one rank on ZeroMQ alone would leave the others waiting). */
+static int group_choose_transport(ddp_group *g, const group_settings *s, const comm_peers *peers) {
+    if (peers->world == 1)
+        return 0;
+    bool asked = strcmp(s->transport, "shm") == 0;
+    if (asked && !peers->one_host)
+        return group_fail(g, -EINVAL, "transport shm: the job's ranks are not all on this host");
+    int32_t wanted = peers->one_host && strcmp(s->transport, "zmq") != 0;
+    TRY(comm_agree_min(&g->comm, &wanted));
+    if (!wanted && asked)
+        return group_fail(g, -EINVAL, "transport shm: another rank of the job uses zmq");
+    return wanted ? coll_shm_open(&g->comm) : 0;
 }
 
 DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
@@ -310,7 +342,7 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
     comm_peers peers;
     if ((r = group_join(g, &s, &peers)) < 0)
         goto fail;
-    if ((r = comm_start(&g->comm, &peers)) < 0) {
+    if ((r = comm_start(&g->comm, &peers)) < 0 || (r = group_choose_transport(g, &s, &peers)) < 0) {
         snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         goto fail;
     }
@@ -342,8 +374,8 @@ DDP_EXPORT int ddp_abort(ddp_group *g, const char *reason) {
     for (char *c = text; *c; c++) /* the wire takes printable ASCII */
         if (!wire_printable(*c))
             *c = ' ';
-    char host[DDP_MAX_HOST + 1] = "localhost";
-    gethostname(host, sizeof(host) - 1);
+    char host[DDP_MAX_HOST + 1];
+    group_host(host, sizeof(host));
     Ddp__Abort body = DDP__ABORT__INIT;
     body.rank = g->rank;
     body.pid = (uint32_t)getpid();
@@ -404,6 +436,12 @@ DDP_EXPORT int ddp_local_rank(const ddp_group *g) {
 
 DDP_EXPORT int ddp_timeout_ms(const ddp_group *g) {
     return g ? g->timeout_ms : -EINVAL;
+}
+
+DDP_EXPORT const char *ddp_transport(const ddp_group *g) {
+    if (!g)
+        return NULL;
+    return g->comm.collectives ? g->comm.collectives->name : g->comm.transport->name;
 }
 
 DDP_EXPORT int ddp_barrier(ddp_group *g) {

@@ -50,6 +50,9 @@ typedef struct ddp_options {
     const char *mode;          /* sync mode every member must agree on; unset: "" */
     const char *data_endpoint; /* where this process listens for peers; unset: $DDP_DATA_ENDPOINT,
                                   else tcp://127.0.0.1:* */
+    const char *transport;     /* the collectives' path: "auto" (shared memory when every rank is
+                                  on this host, else ZeroMQ), "shm" or "zmq" (point-to-point is
+                                  always ZeroMQ); unset: $DDP_TRANSPORT, else "auto" */
     const unsigned long long *ps_buckets; /* mode "ps": elements of each gradient bucket */
     size_t n_ps_buckets;
 } ddp_options;
@@ -82,6 +85,9 @@ int ddp_rank(const ddp_group *g);
 int ddp_world_size(const ddp_group *g);
 int ddp_local_rank(const ddp_group *g);
 int ddp_timeout_ms(const ddp_group *g);
+/* What carries the group's collectives: "shm" (shared memory, every rank on this host) or
+ * "zmq"; NULL on a NULL group. */
+const char *ddp_transport(const ddp_group *g);
 
 /* Returns once every rank has entered it. -ECONNABORTED when a member died or the job was
  * aborted, -EPIPE when a member left, -ETIMEDOUT after timeout_ms. */

@@ -1,0 +1,296 @@
+/* Every collective through shared memory, when every rank of the job is on this host
+ * (segments and waits in shm.c). A collective is a few phases: each rank copies what it
+ * gives into its own staging buffer and posts; the ranks read what they need straight
+ * from the others' buffers and post again; before a rank writes its buffer anew, every
+ * peer has posted that it is done reading it. Large messages go in chunks of the buffer.
+ *
+ * Reductions run in rank order 0, 1, ..., n-1 over one slice each, by one rank each
+ * (small messages: by every rank over all of it), so every rank holds the same bits, run
+ * after run. Counts are per rank, as in ddp.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "worker/libddp/coll.h"
+#include "worker/libddp/shm.h"
+
+typedef struct {
+    shm_plane *plane;
+    char *scratch; /* SHM_BUFFER_BYTES: a reduction's accumulator where recv must not be written */
+} coll_shm;
+
+static coll_shm *state(const comm *c) {
+    return c->collectives_impl;
+}
+
+/* Elements of t that fit a staging buffer, split ways ways. */
+static uint64_t chunk_elems(dtype t, int ways) {
+    return SHM_BUFFER_BYTES / dtype_size(t) / (uint64_t)ways;
+}
+
+/* Slice r of len elements shared n ways: [*lo, *hi). */
+static void slice(uint64_t len, int r, int n, uint64_t *lo, uint64_t *hi) {
+    *lo = len * (uint64_t)r / (uint64_t)n;
+    *hi = len * (uint64_t)(r + 1) / (uint64_t)n;
+}
+
+/* dst = x_0 op x_1 op ... op x_{n-1}: element off.. of every rank's buffer, len of them. */
+static void reduce_ranks(shm_plane *s, int n, char *dst, size_t off_bytes, uint64_t len, dtype t, reduce_op op) {
+    if (n == 1) {
+        memcpy(dst, shm_buffer(s, 0) + off_bytes, len * dtype_size(t));
+        return;
+    }
+    reduce_pair(dst, shm_buffer(s, 0) + off_bytes, shm_buffer(s, 1) + off_bytes, len, t, op);
+    for (int r = 2; r < n; r++)
+        reduce_into(dst, shm_buffer(s, r) + off_bytes, len, t, op);
+}
+
+/* Counts reading bytes from rank r; r reads as much from this rank. */
+static void count_both(comm *c, int r, uint64_t read, uint64_t given) {
+    if (read)
+        comm_count_received(c, r, read);
+    if (given)
+        comm_count_sent(c, r, given);
+}
+
+/* Small: every rank copies all of it in, then reduces all of it, in rank order. */
+static int all_reduce_small(comm *c, const coll_args *a, bool to_everyone) {
+    shm_plane *s = state(c)->plane;
+    const comm_call *call = &a->call;
+    int n = c->peers.world, me = c->peers.rank;
+    size_t bytes = call->count * dtype_size(call->t);
+    bool keeps = to_everyone || me == call->root;
+    TRY(shm_begin(c, s, call));
+    memcpy(shm_buffer(s, me), a->send, bytes);
+    TRY(shm_wait_all(c, s, shm_post(s), call));
+    if (keeps) {
+        reduce_ranks(s, n, a->recv, 0, call->count, call->t, call->op);
+        reduce_finish(a->recv, call->count, call->t, call->op, n);
+    }
+    for (int r = 0; r < n; r++)
+        if (r != me)
+            count_both(c, r, keeps ? bytes : 0, to_everyone || r == call->root ? bytes : 0);
+    shm_post(s); /* done reading */
+    shm_release(s);
+    return 0;
+}
+
+/* Large: per chunk, every rank copies its part in; rank r reduces slice r from every
+ * buffer and publishes it in its own (only r reads slice r of its own buffer: no one else
+ * is disturbed); then the slices go to everyone (all-reduce) or to the root (reduce). A
+ * rank that keeps no result reduces into scratch: its buffer is the caller's input, and
+ * stays as it was. */
+static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
+    coll_shm *x = state(c);
+    shm_plane *s = x->plane;
+    const comm_call *call = &a->call;
+    int n = c->peers.world, me = c->peers.rank;
+    size_t es = dtype_size(call->t);
+    uint64_t chunk = chunk_elems(call->t, 1);
+    bool keeps = to_everyone || me == call->root;
+    for (uint64_t off = 0; off < call->count; off += chunk) {
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk, lo, hi;
+        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call));
+        memcpy(shm_buffer(s, me), (const char *)a->send + off * es, len * es);
+        TRY(shm_wait_all(c, s, shm_post(s), call));
+        slice(len, me, n, &lo, &hi);
+        char *acc = keeps ? (char *)a->recv + (off + lo) * es : x->scratch;
+        reduce_ranks(s, n, acc, lo * es, hi - lo, call->t, call->op);
+        reduce_finish(acc, hi - lo, call->t, call->op, n);
+        memcpy(shm_buffer(s, me) + lo * es, acc, (hi - lo) * es);
+        uint64_t reduced = shm_post(s);
+        for (int r = 0; r < n; r++) {
+            if (r == me)
+                continue;
+            uint64_t rlo, rhi;
+            slice(len, r, n, &rlo, &rhi);
+            if (keeps) {
+                TRY(shm_wait(c, s, r, reduced, call));
+                memcpy((char *)a->recv + (off + rlo) * es, shm_buffer(s, r) + rlo * es, (rhi - rlo) * es);
+            }
+            /* reads: my slice of r's input, and r's reduced slice; r reads the same of mine */
+            bool r_keeps = to_everyone || r == call->root;
+            count_both(c, r, (hi - lo + (keeps ? rhi - rlo : 0)) * es, (rhi - rlo + (r_keeps ? hi - lo : 0)) * es);
+        }
+        shm_post(s); /* done reading */
+        shm_release(s);
+    }
+    return 0;
+}
+
+static int broadcast(comm *c, const coll_args *a) {
+    shm_plane *s = state(c)->plane;
+    const comm_call *call = &a->call;
+    int n = c->peers.world, me = c->peers.rank, root = call->root;
+    size_t es = dtype_size(call->t);
+    uint64_t chunk = chunk_elems(call->t, 1);
+    for (uint64_t off = 0; off < call->count; off += chunk) {
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk;
+        char *buf = (char *)a->recv + off * es;
+        /* every rank writes its call; only the root's buffer is written, and read */
+        TRY(off == 0 ? shm_begin(c, s, call) : me == root ? shm_wait_free(c, s, call) : 0);
+        if (me == root) {
+            memcpy(shm_buffer(s, me), buf, len * es);
+            for (int r = 0; r < n; r++)
+                if (r != me)
+                    comm_count_sent(c, r, len * es);
+        }
+        uint64_t given = shm_post(s);
+        if (me != root) {
+            TRY(shm_wait(c, s, root, given, call));
+            memcpy(buf, shm_buffer(s, root), len * es);
+            comm_count_received(c, root, len * es);
+        }
+        shm_post(s);
+        shm_release(s);
+    }
+    return 0;
+}
+
+/* gather (to the root) and all_gather (to everyone): each copies its part in, readers copy out. */
+static int gather(comm *c, const coll_args *a, bool to_everyone) {
+    shm_plane *s = state(c)->plane;
+    const comm_call *call = &a->call;
+    int n = c->peers.world, me = c->peers.rank;
+    size_t es = dtype_size(call->t), bytes = call->count * es;
+    bool keeps = to_everyone || me == call->root;
+    if (keeps) /* this rank's own part first: send may be its place in recv */
+        memmove((char *)a->recv + (size_t)me * bytes, a->send, bytes);
+    uint64_t chunk = chunk_elems(call->t, 1);
+    for (uint64_t off = 0; off < call->count; off += chunk) {
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk;
+        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call));
+        memcpy(shm_buffer(s, me), (const char *)a->send + off * es, len * es);
+        uint64_t given = shm_post(s);
+        for (int r = 0; r < n && keeps; r++) {
+            if (r == me)
+                continue;
+            TRY(shm_wait(c, s, r, given, call));
+            memcpy((char *)a->recv + (size_t)r * bytes + off * es, shm_buffer(s, r), len * es);
+            count_both(c, r, len * es, to_everyone ? len * es : 0);
+        }
+        if (!keeps)
+            comm_count_sent(c, call->root, len * es);
+        shm_post(s);
+        shm_release(s);
+    }
+    return 0;
+}
+
+/* The root lays out every rank's part of a chunk in its buffer; each copies its own out. */
+static int scatter(comm *c, const coll_args *a) {
+    shm_plane *s = state(c)->plane;
+    const comm_call *call = &a->call;
+    int n = c->peers.world, me = c->peers.rank, root = call->root;
+    size_t es = dtype_size(call->t), bytes = call->count * es;
+    uint64_t chunk = chunk_elems(call->t, n);
+    for (uint64_t off = 0; off < call->count; off += chunk) {
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk;
+        /* every rank writes its call; only the root's buffer is written, and read */
+        TRY(off == 0 ? shm_begin(c, s, call) : me == root ? shm_wait_free(c, s, call) : 0);
+        if (me == root) {
+            for (int r = 0; r < n; r++)
+                if (r != me) {
+                    memcpy(shm_buffer(s, me) + (size_t)r * len * es,
+                           (const char *)a->send + (size_t)r * bytes + off * es, len * es);
+                    comm_count_sent(c, r, len * es);
+                }
+        }
+        uint64_t given = shm_post(s);
+        if (me != root) {
+            TRY(shm_wait(c, s, root, given, call));
+            memcpy((char *)a->recv + off * es, shm_buffer(s, root) + (size_t)me * len * es, len * es);
+            comm_count_received(c, root, len * es);
+        }
+        shm_post(s);
+        shm_release(s);
+    }
+    if (me == root) /* last: recv may overlap a part the others were still to read */
+        memmove(a->recv, (const char *)a->send + (size_t)me * bytes, bytes);
+    return 0;
+}
+
+/* Each rank lays out its n blocks' chunk; rank r reduces block r over every buffer. */
+static int reduce_scatter(comm *c, const coll_args *a) {
+    shm_plane *s = state(c)->plane;
+    const comm_call *call = &a->call;
+    int n = c->peers.world, me = c->peers.rank;
+    size_t es = dtype_size(call->t), bytes = call->count * es;
+    uint64_t chunk = chunk_elems(call->t, n);
+    for (uint64_t off = 0; off < call->count; off += chunk) {
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk;
+        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call));
+        for (int b = 0; b < n; b++)
+            memcpy(shm_buffer(s, me) + (size_t)b * len * es, (const char *)a->send + (size_t)b * bytes + off * es,
+                   len * es);
+        TRY(shm_wait_all(c, s, shm_post(s), call));
+        char *dst = (char *)a->recv + off * es;
+        reduce_ranks(s, n, dst, (size_t)me * len * es, len, call->t, call->op);
+        reduce_finish(dst, len, call->t, call->op, n);
+        for (int r = 0; r < n; r++)
+            if (r != me)
+                count_both(c, r, len * es, len * es);
+        shm_post(s);
+        shm_release(s);
+    }
+    return 0;
+}
+
+static int coll_shm_run(comm *c, const coll_args *a) {
+    size_t bytes = a->call.count * dtype_size(a->call.t);
+    switch (a->call.kind) {
+    case COLL_ALL_REDUCE:
+    case COLL_REDUCE: {
+        bool to_everyone = a->call.kind == COLL_ALL_REDUCE;
+        return bytes <= COLL_DIRECT_MAX_BYTES ? all_reduce_small(c, a, to_everyone)
+                                              : all_reduce_large(c, a, to_everyone);
+    }
+    case COLL_BROADCAST:
+        return broadcast(c, a);
+    case COLL_GATHER:
+        return gather(c, a, false);
+    case COLL_ALL_GATHER:
+        return gather(c, a, true);
+    case COLL_SCATTER:
+        return scatter(c, a);
+    case COLL_REDUCE_SCATTER:
+        return reduce_scatter(c, a);
+    case COLL_SEND:
+        break;
+    }
+    return comm_fail(c, -EINVAL, "%s does not go through shared memory", coll_kind_name(a->call.kind));
+}
+
+static void coll_shm_close(comm *c) {
+    coll_shm *x = state(c);
+    if (!x)
+        return;
+    shm_close_plane(x->plane);
+    free(x->scratch);
+    free(x);
+    c->collectives = NULL;
+    c->collectives_impl = NULL;
+}
+
+static const comm_collectives coll_shm_table = {
+    .name = "shm",
+    .run = coll_shm_run,
+    .close = coll_shm_close,
+};
+
+int coll_shm_open(comm *c) {
+    coll_shm *x = calloc(1, sizeof(*x));
+    if (!x || !(x->scratch = malloc(SHM_BUFFER_BYTES))) {
+        free(x);
+        return comm_fail(c, -ENOMEM, "out of memory");
+    }
+    int r = shm_open_plane(c, &x->plane);
+    if (r < 0) {
+        free(x->scratch);
+        free(x);
+        return r;
+    }
+    c->collectives = &coll_shm_table;
+    c->collectives_impl = x;
+    return 0;
+}

@@ -1,0 +1,46 @@
+/* Shared memory among the ranks of one host: each rank owns one segment (a sealed memfd)
+ * and maps every other rank's, read-only in spirit. A segment is a header, where its
+ * owner posts how far it has got (a phase number, on a futex word), and a staging buffer
+ * that the owner writes and the others read. The collectives over it are in coll_shm.c.
+ *
+ * The segments never have a name: each rank hands its memfd to each peer over a Unix
+ * socket (SCM_RIGHTS), after the kernel has said who is at the other end (SO_PEERCRED:
+ * the same user, and the pid ddpd's Welcome gave for that rank). No process reads
+ * another by pid, and nothing outlives the processes that map it. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/libddp/comm.h"
+
+#define SHM_BUFFER_BYTES (4u << 20) /* a rank's staging buffer: a large collective goes in chunks of it */
+
+typedef struct shm_plane shm_plane;
+
+/* Makes this rank's segment and maps every peer's; a collective of the whole job (the
+ * peers exchange where to fetch the segments over c's transport). */
+int shm_open_plane(comm *c, shm_plane **ret);
+void shm_close_plane(shm_plane *s);
+
+/* The staging buffer of rank r (this rank's is written, the others' only read). */
+char *shm_buffer(const shm_plane *s, int r);
+
+/* This rank has finished the next phase of the current collective: its buffer holds what
+ * it promised. Returns that phase's number; every rank posts the same phases in the same
+ * order, so a peer that has finished it has posted the same number. */
+uint64_t shm_post(shm_plane *s);
+/* Starts a collective: every peer is done with this rank's buffer (shm_wait_free), and
+ * this rank's call is written where its peers check theirs against it. */
+int shm_begin(comm *c, shm_plane *s, const comm_call *call);
+/* Waits until rank r has posted phase target of the current collective: spins a little,
+ * then sleeps on r's futex; ends with an error at the job's end or the call's deadline,
+ * naming r, or when r called another collective (-EINVAL, saying which). */
+int shm_wait(comm *c, shm_plane *s, int r, uint64_t target, const comm_call *call);
+/* Waits until every other rank has posted target. */
+int shm_wait_all(comm *c, shm_plane *s, uint64_t target, const comm_call *call);
+/* Before this rank writes its buffer: every peer is done reading it (it has posted the
+ * phase that ended the last use). */
+int shm_wait_free(comm *c, shm_plane *s, const comm_call *call);
+/* Marks the phase just posted as the end of this use of the buffer. */
+void shm_release(shm_plane *s);

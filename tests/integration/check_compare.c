@@ -53,7 +53,7 @@ START_TEST(test_compare_mlp_on_four) {
     proc_start(&p, argv, NULL);
     int code = proc_wait(&p, WAIT_MS);
     ck_assert_msg(code == 0, "exit %d: %s", code, proc_output(&p));
-    ck_assert_msg(strstr(proc_output(&p), "| mode | samples/s |"), "%s", proc_output(&p));
+    ck_assert_msg(strstr(proc_output(&p), "| mode | transport | samples/s |"), "%s", proc_output(&p));
     proc_close(&p);
 
     char path[256];
@@ -93,7 +93,8 @@ START_TEST(test_compare_mlp_on_four) {
     free(svg);
     snprintf(path, sizeof(path), "%s/report.md", out);
     char *md = report_read_file(path);
-    ck_assert_msg(strstr(md, "| dp |") && strstr(md, "| ddp |") && strstr(md, "| ps |"), "%s", md);
+    /* one host: the ranks' collectives go through shared memory; ps's gradients to ddpd over ZeroMQ */
+    ck_assert_msg(strstr(md, "| dp | shm |") && strstr(md, "| ddp | shm |") && strstr(md, "| ps | zmq |"), "%s", md);
     free(md);
 }
 END_TEST
@@ -120,6 +121,9 @@ START_TEST(test_bad_flags) {
         {{"--", "--ste=5"}, "--ste after --"}, /* getopt would take it for --steps */
         {{"--", "--checkpoint", "c.ckpt"}, "every run would share it"},
         {{"--", "--metrics", "x.jsonl"}, "--metrics after --"},
+        {{"--transports", "shm,tcp"}, "'tcp' is not shm, zmq or nccl"},
+        {{"--transports", "zmq,zmq"}, "'zmq' is not shm, zmq or nccl (each at most once)"},
+        {{"--transports", "shm", "--", "--transport", "zmq"}, "--transport after --: ddp-compare sets it"},
         {{"--out", file}, "exists and is not a directory"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -135,6 +139,51 @@ START_TEST(test_bad_flags) {
         ck_assert_msg(!strstr(proc_output(&p), " mode"), "a run started: %s", proc_output(&p));
         proc_close(&p);
     }
+}
+END_TEST
+
+/* --transports: each mode over each data plane, side by side, in the report; the same
+ * training (the same loss) whatever carries it. Without --transports, --transport after --
+ * is the worker's own. */
+START_TEST(test_transports_side_by_side) {
+    char out[128];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    const char *argv[] = {DDP_COMPARE_PATH, "-n",      "2",       "--modes",   "ddp,dp", "--transports",
+                          "shm,zmq",        "--steps", "3",       "--out",     out,      "--",
+                          "--data",         dir,       "--model", "784-32-10", NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    int code = proc_wait(&p, WAIT_MS);
+    ck_assert_msg(code == 0, "exit %d: %s", code, proc_output(&p));
+    proc_close(&p);
+    char path[256];
+    snprintf(path, sizeof(path), "%s/report.json", out);
+    char *text = report_read_file(path);
+    report_check_json(text);
+    cJSON *report = cJSON_Parse(text);
+    const cJSON *runs = cJSON_GetObjectItem(report, "modes");
+    ck_assert_int_eq(cJSON_GetArraySize(runs), 4);
+    static const char *const expected[4][2] = {{"ddp", "shm"}, {"ddp", "zmq"}, {"dp", "shm"}, {"dp", "zmq"}};
+    for (int i = 0; i < 4; i++) {
+        const cJSON *run = cJSON_GetArrayItem(runs, i);
+        ck_assert_str_eq(cJSON_GetObjectItem(run, "mode")->valuestring, expected[i][0]);
+        ck_assert_str_eq(cJSON_GetObjectItem(run, "transport")->valuestring, expected[i][1]);
+        ck_assert_msg(cJSON_GetObjectItem(run, "final_loss")->valuedouble ==
+                          cJSON_GetObjectItem(cJSON_GetArrayItem(runs, 0), "final_loss")->valuedouble,
+                      "%s over %s trained otherwise", expected[i][0], expected[i][1]);
+    }
+    cJSON_Delete(report);
+    free(text);
+
+    /* one transport for every run, the worker's flag */
+    const char *one[] = {DDP_COMPARE_PATH, "-n",  "2",  "--modes", "ddp", "--steps", "2",
+                         "--out",          out,   "--", "--data",  dir,   "--model", "784-10",
+                         "--transport",    "zmq", NULL};
+    proc_start(&p, one, NULL);
+    code = proc_wait(&p, WAIT_MS);
+    ck_assert_msg(code == 0, "exit %d: %s", code, proc_output(&p));
+    ck_assert_msg(strstr(proc_output(&p), "| ddp | zmq |"), "%s", proc_output(&p));
+    proc_close(&p);
 }
 END_TEST
 
@@ -164,6 +213,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 150); /* under CTest's 180 s (tests/CMakeLists.txt) */
     tcase_add_test(tc, test_compare_mlp_on_four);
     tcase_add_test(tc, test_bad_flags);
+    tcase_add_test(tc, test_transports_side_by_side);
     tcase_add_test(tc, test_unwritable_report);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);

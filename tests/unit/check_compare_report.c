@@ -22,6 +22,7 @@ static void setup(void) {
     for (int i = 0; i < 3; i++) {
         mode_result *m = &modes[i];
         snprintf(m->mode, sizeof(m->mode), "%s", names[i]);
+        snprintf(m->transport, sizeof(m->transport), "%s", i == 2 ? "zmq" : "shm");
         m->world = 2;
         m->steps = 100;
         m->samples_per_s = 1000.0 * (i + 1);
@@ -64,12 +65,13 @@ static char *render(int (*write)(FILE *f, const compare_report *r), const compar
 START_TEST(test_table) {
     compare_report r = {.world = 2, .modes = modes, .n_modes = 3};
     char *t = render(compare_write_table, &r);
-    ck_assert_msg(strstr(t, "| mode | samples/s |"), "%s", t);
+    ck_assert_msg(strstr(t, "| mode | transport | samples/s |"), "%s", t);
     /* per step and rank: 0.2 s compute over 100 steps is 2 ms */
-    ck_assert_msg(strstr(t, "| dp | 1000 | 2.00 / 1.00 / 0.50 | 2.0 MiB, 1.0 MiB | 2.00 | 20 MiB, 20 MiB |"), "%s", t);
+    ck_assert_msg(strstr(t, "| dp | shm | 1000 | 2.00 / 1.00 / 0.50 | 2.0 MiB, 1.0 MiB | 2.00 | 20 MiB, 20 MiB |"),
+                  "%s", t);
     ck_assert_msg(strstr(t, "| 3.0 MiB / 1.5 KiB, 3.0 MiB / 1.5 KiB | rank 1 -> rank 0: 3.0 MiB | 0.5000 | 0.8125 |"),
                   "%s", t);
-    ck_assert_msg(strstr(t, "| ps | 3000 |") && strstr(t, "rank 1 -> ddpd: 3.0 MiB"), "%s", t);
+    ck_assert_msg(strstr(t, "| ps | zmq | 3000 |") && strstr(t, "rank 1 -> ddpd: 3.0 MiB"), "%s", t);
     ck_assert_msg(!strstr(t, "bucket size"), "a sweep table without a sweep: %s", t);
     free(t);
     r.sweep = sweep;
@@ -113,6 +115,7 @@ START_TEST(test_json) {
     ck_assert_int_eq(cJSON_GetArraySize(list), 3);
     const cJSON *dp = cJSON_GetArrayItem(list, 0), *ps = cJSON_GetArrayItem(list, 2);
     ck_assert_str_eq(cJSON_GetObjectItem(dp, "mode")->valuestring, "dp");
+    ck_assert_str_eq(cJSON_GetObjectItem(dp, "transport")->valuestring, "shm");
     ck_assert_double_eq(cJSON_GetObjectItem(dp, "samples_per_s")->valuedouble, 1000);
     ck_assert_double_eq(cJSON_GetObjectItem(dp, "memory_imbalance")->valuedouble, 2);
     ck_assert_double_eq(cJSON_GetObjectItem(dp, "final_loss")->valuedouble, 0.5);
@@ -139,8 +142,8 @@ END_TEST
 START_TEST(test_svg) {
     compare_report r = {.world = 2, .modes = modes, .n_modes = 3};
     char *svg = render(compare_write_svg, &r);
-    static const char *const names[] = {"dp", "ddp", "ps"};
-    report_check_svg(svg, names, 3);
+    static const char *const names[] = {"dp", "ddp", "ps", "shm", "zmq"};
+    report_check_svg(svg, names, 5);
     ck_assert_msg(strstr(svg, ">3000</text>") && strstr(svg, ">2.0</text>"), "the bars' values: %s", svg);
     free(svg);
 }

@@ -20,9 +20,10 @@ static void fmt_bytes(double b, char *buf, size_t size) {
 
 /* The table, as Markdown: the terminal shows it, report.md keeps it. */
 static void write_modes(FILE *f, const mode_result *m, int n_modes) {
-    fprintf(f, "| mode | samples/s | step ms: compute / comm / wait | peak tracked memory per rank | imbalance "
-               "(max/min) | peak RSS per rank | sent / received per rank | busiest link | final loss | accuracy |\n");
-    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|\n");
+    fprintf(
+        f, "| mode | transport | samples/s | step ms: compute / comm / wait | peak tracked memory per rank | imbalance "
+           "(max/min) | peak RSS per rank | sent / received per rank | busiest link | final loss | accuracy |\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n_modes; i++) {
         const mode_result *r = &m[i];
         double steps = r->steps > 0 ? r->steps : 1, c = 0, co = 0, w = 0;
@@ -31,8 +32,8 @@ static void write_modes(FILE *f, const mode_result *m, int n_modes) {
             co += r->ranks[k].comm_s;
             w += r->ranks[k].wait_s;
         }
-        fprintf(f, "| %s | %.0f | %.2f / %.2f / %.2f | ", r->mode, r->samples_per_s, c / r->world / steps * 1e3,
-                co / r->world / steps * 1e3, w / r->world / steps * 1e3);
+        fprintf(f, "| %s | %s | %.0f | %.2f / %.2f / %.2f | ", r->mode, r->transport, r->samples_per_s,
+                c / r->world / steps * 1e3, co / r->world / steps * 1e3, w / r->world / steps * 1e3);
         char b1[32], b2[32];
         for (int k = 0; k < r->world; k++) {
             fmt_bytes(r->ranks[k].peak_tracked, b1, sizeof(b1));
@@ -63,6 +64,7 @@ static void write_modes(FILE *f, const mode_result *m, int n_modes) {
 static cJSON *mode_json(const mode_result *r) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "mode", r->mode);
+    cJSON_AddStringToObject(j, "transport", r->transport);
     cJSON_AddNumberToObject(j, "world", r->world);
     cJSON_AddNumberToObject(j, "steps", r->steps);
     cJSON_AddNumberToObject(j, "samples_per_s", r->samples_per_s);
@@ -96,6 +98,14 @@ static cJSON *mode_json(const mode_result *r) {
     return j;
 }
 
+/* A run's name under its bars: the mode, and below it the transport. */
+static void write_label(FILE *f, int x, int bottom, const mode_result *r) {
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, bottom + 18, r->mode);
+    if (r->transport[0])
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\">%s</text>\n", x, bottom + 32,
+                r->transport);
+}
+
 /* Grouped bars: throughput per mode on the left, peak tracked memory per rank per mode on
  * the right; values written on the bars, so it reads without the table. */
 static void write_svg(FILE *f, const mode_result *m, int n_modes) {
@@ -115,16 +125,17 @@ static void write_svg(FILE *f, const mode_result *m, int n_modes) {
     for (int i = 0; i < n_modes; i++)
         best = m[i].samples_per_s > best ? m[i].samples_per_s : best;
     fprintf(f, "<text x=\"200\" y=\"48\" text-anchor=\"middle\">throughput (samples/s)</text>\n");
+    int step = n_modes > 3 ? 330 / n_modes : 110, wide = step * 7 / 11; /* runs fit left of x 400 */
     for (int i = 0; i < n_modes; i++) {
         double h = (bottom - top) * m[i].samples_per_s / best;
-        int x = 60 + i * 110;
-        fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"70\" height=\"%.1f\" fill=\"%s\"/>\n", x, bottom - h, h,
-                colors[i]);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", x + 35, bottom - h - 4,
+        int x = 60 + i * step;
+        fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\"/>\n", x, bottom - h, wide, h,
+                colors[i % 8]);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", x + wide / 2, bottom - h - 4,
                 m[i].samples_per_s);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x + 35, bottom + 18, m[i].mode);
+        write_label(f, x + wide / 2, bottom, &m[i]);
     }
-    fprintf(f, "<line x1=\"50\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", bottom, 60 + n_modes * 110,
+    fprintf(f, "<line x1=\"50\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", bottom, 60 + n_modes * step,
             bottom);
     /* right: memory per rank per mode */
     double most = 1;
@@ -147,15 +158,14 @@ static void write_svg(FILE *f, const mode_result *m, int n_modes) {
             fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\">%.1f</text>\n", x + bar / 2,
                     bottom - h - 3, m[i].ranks[k].peak_tracked / 1048576.0);
         }
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", gx + (bar * m[i].world) / 2,
-                bottom + 18, m[i].mode);
+        write_label(f, gx + (bar * m[i].world) / 2, bottom, &m[i]);
     }
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", left - 10, bottom, width - 30,
             bottom);
     for (int k = 0; k < m[0].world && k < 8; k++) {
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", left + k * 70, bottom + 40,
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", left + k * 70, bottom + 46,
                 colors[k]);
-        fprintf(f, "<text x=\"%d\" y=\"%d\">rank %d</text>\n", left + k * 70 + 14, bottom + 49, k);
+        fprintf(f, "<text x=\"%d\" y=\"%d\">rank %d</text>\n", left + k * 70 + 14, bottom + 55, k);
     }
     fprintf(f, "</svg>\n");
 }

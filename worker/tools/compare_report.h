@@ -14,7 +14,8 @@ typedef struct {
 
 typedef struct {
     char mode[16];
-    double bucket_mb; /* the sweep: 0 for the default */
+    char transport[8]; /* what carried the run's data plane (shm, zmq, nccl), from its metrics */
+    double bucket_mb;  /* the sweep: 0 for the default */
     int world, steps;
     double samples_per_s, seconds, loss, accuracy;
     rank_result ranks[COMPARE_MAX_RANKS];

@@ -26,10 +26,14 @@
 static const char *const sync_modes[] = {SYNC_MODES(SYNC_MODE_STRING)}; /* the trainer's, sync_modes.h */
 #define COMPARE_MAX_MODES (int)(sizeof(sync_modes) / sizeof(sync_modes[0]))
 #define COMPARE_SWEEP 4
+static const char *const transports[] = {"shm", "zmq", "nccl"}; /* ddp-worker's --transport, less auto */
+#define COMPARE_MAX_TRANSPORTS (int)(sizeof(transports) / sizeof(transports[0]))
+#define COMPARE_MAX_RUNS (COMPARE_MAX_MODES * COMPARE_MAX_TRANSPORTS)
 
 typedef struct {
     int nproc;
     char *modes;
+    char *transports;
     int steps, epochs;
     char *out;
     char *coordinator;
@@ -42,6 +46,9 @@ static const config_option compare_table[] = {
      NULL, 'n'},
     {"modes", CONFIG_STRING, 1, 64, NULL, offsetof(compare_options, modes),
      "sync modes to compare, comma-separated (default: every mode)", "LIST"},
+    {"transports", CONFIG_STRING, 1, 32, NULL, offsetof(compare_options, transports),
+     "run each mode over each of these data planes, comma-separated: shm, zmq, nccl (default: the worker's choice)",
+     "LIST"},
     {"steps", CONFIG_INT, 0, 100000000, "0", offsetof(compare_options, steps), "optimizer steps per run", "S"},
     {"epochs", CONFIG_INT, 0, 10000, "0", offsetof(compare_options, epochs), "epochs per run (default: 1)", "E"},
     {"out", CONFIG_STRING, 1, 4096, "ddp-compare", offsetof(compare_options, out),
@@ -58,8 +65,9 @@ static const config_option compare_table[] = {
 
 static const config_spec compare_spec = {
     .program = "ddp-compare",
-    .usage = "-n N [--modes LIST] [--steps S | --epochs E] [--out DIR] [-- WORKER ARGS...]",
-    .summary = "Runs the same training in each sync mode and compares throughput, time, memory and traffic.",
+    .usage = "-n N [--modes LIST] [--transports LIST] [--steps S | --epochs E] [--out DIR] [-- WORKER ARGS...]",
+    .summary = "Runs the same training in each sync mode (and transport) and compares throughput, time, memory and "
+               "traffic.",
     .env_prefix = "DDP_COMPARE_",
     .options = compare_table,
     .n_options = sizeof(compare_table) / sizeof(compare_table[0]),
@@ -136,6 +144,8 @@ static int collect(const char *out, const char *tag, mode_result *m, int world, 
             }
         }
         if (r == 0) { /* the whole run's rate, not the last epoch's */
+            const cJSON *transport = cJSON_GetObjectItem(e, "transport");
+            snprintf(m->transport, sizeof(m->transport), "%s", cJSON_IsString(transport) ? transport->valuestring : "");
             m->seconds = seconds;
             m->samples_per_s = seconds > 0 ? number(e, "step") * number(e, "global_batch") / seconds : 0;
             m->loss = number(e, "loss");
@@ -149,7 +159,7 @@ static int collect(const char *out, const char *tag, mode_result *m, int world, 
 }
 
 static int run_mode(const compare_options *o, const char *program, char **extra, int n_extra, const char *mode,
-                    double bucket_mb, const char *tag) {
+                    const char *transport, double bucket_mb, const char *tag) {
     char metrics[4200], steps[32], bucket[32];
     snprintf(metrics, sizeof(metrics), "%s/%s-%%r.jsonl", o->out, tag);
     char **argv = calloc((size_t)n_extra + 16, sizeof(char *));
@@ -157,6 +167,10 @@ static int run_mode(const compare_options *o, const char *program, char **extra,
     argv[k++] = (char *)"ddp-worker";
     argv[k++] = (char *)"--mode";
     argv[k++] = (char *)mode;
+    if (transport) {
+        argv[k++] = (char *)"--transport";
+        argv[k++] = (char *)transport;
+    }
     argv[k++] = (char *)"--metrics";
     argv[k++] = metrics;
     if (o->steps) {
@@ -178,7 +192,8 @@ static int run_mode(const compare_options *o, const char *program, char **extra,
     argv[k] = NULL;
     launcher_options launch = {
         .nproc = o->nproc, .coordinator = o->coordinator, .grace_ms = 5000, .program = program, .argv = argv};
-    printf("ddp-compare: %s mode%s\n", mode, bucket_mb > 0 ? " (bucket sweep)" : "");
+    printf("ddp-compare: %s mode%s%s%s\n", mode, transport ? " over " : "", transport ? transport : "",
+           bucket_mb > 0 ? " (bucket sweep)" : "");
     fflush(stdout);
     int code = 1;
     launcher_run(&launch, &code);
@@ -194,13 +209,13 @@ static int mode_index(const char *name) {
 }
 
 /* --modes: each a sync mode, at most once; unset, every mode. */
-static int parse_modes(const char *list, mode_result *results, int *ret_n) {
+static int parse_modes(const char *list, const char **names_out, int *ret_n) {
     char modes[80];
     bool seen[COMPARE_MAX_MODES] = {false};
     int n = 0;
     if (!list) {
         for (; n < COMPARE_MAX_MODES; n++)
-            snprintf(results[n].mode, sizeof(results[n].mode), "%s", sync_modes[n]);
+            names_out[n] = sync_modes[n];
         *ret_n = n;
         return 0;
     }
@@ -214,7 +229,33 @@ static int parse_modes(const char *list, mode_result *results, int *ret_n) {
             return -EINVAL;
         }
         seen[i] = true;
-        snprintf(results[n++].mode, sizeof(results[0].mode), "%s", m);
+        names_out[n++] = sync_modes[i];
+    }
+    *ret_n = n;
+    return 0;
+}
+
+/* --transports: each one of ddp-worker's, at most once; unset, none (the worker chooses). */
+static int parse_transports(const char *list, const char **ret, int *ret_n) {
+    char copy[40];
+    int n = 0;
+    if (!list) {
+        *ret_n = 0;
+        return 0;
+    }
+    snprintf(copy, sizeof(copy), "%s", list);
+    for (char *t = strtok(copy, ","); t; t = strtok(NULL, ",")) {
+        int i = 0;
+        while (i < COMPARE_MAX_TRANSPORTS && strcmp(t, transports[i]))
+            i++;
+        bool seen = false;
+        for (int k = 0; k < n && i < COMPARE_MAX_TRANSPORTS; k++)
+            seen = seen || ret[k] == transports[i];
+        if (i == COMPARE_MAX_TRANSPORTS || seen) {
+            fprintf(stderr, "ddp-compare: --transports: '%s' is not shm, zmq or nccl (each at most once)\n", t);
+            return -EINVAL;
+        }
+        ret[n++] = transports[i];
     }
     *ret_n = n;
     return 0;
@@ -223,18 +264,19 @@ static int parse_modes(const char *list, mode_result *results, int *ret_n) {
 /* The worker flags ddp-compare sets itself: one given after -- would override it (a dp run
  * reported as ddp, a run of other length, metrics elsewhere); and a checkpoint, which the
  * runs would share. getopt takes any unambiguous beginning of a flag: so is it matched. */
-static int check_worker_args(char **extra, int n_extra) {
-    static const char *const ours[] = {"mode", "metrics", "steps", "epochs", "checkpoint", "resume"};
+static int check_worker_args(char **extra, int n_extra, bool sets_transport) {
+    static const char *const ours[] = {"mode", "metrics", "steps", "epochs", "transport", "checkpoint", "resume"};
     for (int i = 0; i < n_extra; i++) {
         if (strncmp(extra[i], "--", 2) != 0)
             continue;
         const char *name = extra[i] + 2;
         size_t n = strcspn(name, "=");
         for (size_t k = 0; n >= 3 && k < sizeof(ours) / sizeof(ours[0]); k++)
-            if (n <= strlen(ours[k]) && strncmp(name, ours[k], n) == 0) {
+            if (n <= strlen(ours[k]) && strncmp(name, ours[k], n) == 0 && (k != 4 || sets_transport)) {
                 fprintf(stderr, "ddp-compare: %.*s after --: %s\n", (int)(n + 2), extra[i],
-                        k < 4 ? "ddp-compare sets it for each run (use --modes, --steps or --epochs before --)"
-                              : "every run would share it; ddp-compare's runs start afresh");
+                        k <= 4 ? "ddp-compare sets it for each run (use --modes, --transports, --steps or --epochs "
+                                 "before --)"
+                               : "every run would share it; ddp-compare's runs start afresh");
                 return -EINVAL;
             }
     }
@@ -290,9 +332,12 @@ int main(int argc, char **argv) {
     char **extra = argv + (dash < argc ? dash + 1 : argc);
     int n_extra = dash < argc ? argc - dash - 1 : 0;
 
-    mode_result results[COMPARE_MAX_MODES + COMPARE_SWEEP] = {0};
-    int n_modes = 0, code = 0;
-    if ((r = parse_modes(o.modes, results, &n_modes)) < 0 || (r = check_worker_args(extra, n_extra)) < 0) {
+    mode_result results[COMPARE_MAX_RUNS] = {0};
+    const char *modes[COMPARE_MAX_MODES];
+    const char *over[COMPARE_MAX_TRANSPORTS];
+    int n_modes = 0, n_over = 0, code = 0;
+    if ((r = parse_modes(o.modes, modes, &n_modes)) < 0 || (r = parse_transports(o.transports, over, &n_over)) < 0 ||
+        (r = check_worker_args(extra, n_extra, n_over > 0)) < 0) {
         config_free(&compare_spec, &o);
         return 2;
     }
@@ -313,13 +358,21 @@ int main(int argc, char **argv) {
         config_free(&compare_spec, &o);
         return 1;
     }
-    for (int i = 0; i < n_modes && code == 0; i++) {
-        code = run_mode(&o, program, extra, n_extra, results[i].mode, 0, results[i].mode);
-        if (code == 0 && collect(o.out, results[i].mode, &results[i], o.nproc, err, sizeof(err)) < 0) {
-            fprintf(stderr, "ddp-compare: %s\n", err);
-            code = 1;
+    /* each mode over each transport, side by side; without --transports, once */
+    int n_runs = 0;
+    for (int i = 0; i < n_modes && code == 0; i++)
+        for (int k = 0; k < (n_over ? n_over : 1) && code == 0; k++) {
+            mode_result *run = &results[n_runs++];
+            const char *transport = n_over ? over[k] : NULL;
+            char tag[40];
+            snprintf(tag, sizeof(tag), "%s%s%s", modes[i], transport ? "-" : "", transport ? transport : "");
+            snprintf(run->mode, sizeof(run->mode), "%s", modes[i]);
+            code = run_mode(&o, program, extra, n_extra, run->mode, transport, 0, tag);
+            if (code == 0 && collect(o.out, tag, run, o.nproc, err, sizeof(err)) < 0) {
+                fprintf(stderr, "ddp-compare: %s\n", err);
+                code = 1;
+            }
         }
-    }
     static const double sweep[COMPARE_SWEEP] = {0.25, 1, 5, 25};
     mode_result swept[COMPARE_SWEEP] = {0};
     for (int i = 0; o.sweep_buckets && i < COMPARE_SWEEP && code == 0; i++) {
@@ -327,7 +380,7 @@ int main(int argc, char **argv) {
         snprintf(tag, sizeof(tag), "ddp-bucket-%g", sweep[i]);
         snprintf(swept[i].mode, sizeof(swept[i].mode), "ddp");
         swept[i].bucket_mb = sweep[i];
-        code = run_mode(&o, program, extra, n_extra, "ddp", sweep[i], tag);
+        code = run_mode(&o, program, extra, n_extra, "ddp", n_over ? over[0] : NULL, sweep[i], tag);
         if (code == 0 && collect(o.out, tag, &swept[i], o.nproc, err, sizeof(err)) < 0) {
             fprintf(stderr, "ddp-compare: %s\n", err);
             code = 1;
@@ -341,7 +394,7 @@ int main(int argc, char **argv) {
 
     compare_report report = {.world = o.nproc,
                              .modes = results,
-                             .n_modes = n_modes,
+                             .n_modes = n_runs,
                              .sweep = swept,
                              .n_sweep = o.sweep_buckets ? COMPARE_SWEEP : 0};
     compare_write_table(stdout, &report);

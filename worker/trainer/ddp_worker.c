@@ -14,7 +14,7 @@
 /* "sync mode: ddp, dp or ps", from the list of modes (sync_modes.h), made by main. */
 static char mode_help[96];
 static const char *const samplers[] = {"partition", "global", NULL};
-static const char *const transports[] = {"zmq", "nccl", NULL};
+static const char *const transports[] = {"auto", "shm", "zmq", "nccl", NULL};
 
 static const config_option worker_table[] = {
     {"config", CONFIG_STRING, 1, 4096, NULL, offsetof(worker_options, config), "read options from an INI file", "FILE"},
@@ -45,8 +45,10 @@ static const config_option worker_table[] = {
      "model parallel: the first half of the layers on A, the rest on B (0,1 or cuda:0,cuda:1; cpu,cpu)", "A,B"},
     {"bucket-mb", CONFIG_DOUBLE, 0.001, 4096, "25", offsetof(worker_options, bucket_mb),
      "ddp mode: gradient bucket size in MiB", "X"},
-    {"transport", CONFIG_STRING, 1, 16, "zmq", offsetof(worker_options, transport),
-     "ddp mode's gradient all-reduce: zmq (libddp's ring) or nccl (GPU to GPU, --device cuda)", "T", transports},
+    {"transport", CONFIG_STRING, 1, 16, "auto", offsetof(worker_options, transport),
+     "the data plane: shm (one host), zmq, auto (shm where it can, else zmq; DDP_TRANSPORT) or nccl (ddp mode's "
+     "all-reduce GPU to GPU, --device cuda)",
+     "T", transports},
     {"checkpoint", CONFIG_STRING, 1, 4096, NULL, offsetof(worker_options, checkpoint),
      "rank 0 writes a checkpoint here after every epoch and at the end", "PATH"},
     {"resume", CONFIG_BOOL, 0, 1, NULL, offsetof(worker_options, resume), "continue from --checkpoint"},

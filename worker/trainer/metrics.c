@@ -129,6 +129,7 @@ void metrics_write(trainer *t, const char *kind, double loss, double accuracy, d
     cJSON_AddNumberToObject(j, "rank", t->rank);
     cJSON_AddNumberToObject(j, "world", t->world);
     cJSON_AddStringToObject(j, "mode", t->mode->name);
+    cJSON_AddStringToObject(j, "transport", trainer_transport(t));
     cJSON_AddNumberToObject(j, "step", (double)t->step);
     cJSON_AddNumberToObject(j, "epoch", (double)t->epoch);
     cJSON_AddNumberToObject(j, "loss", loss);

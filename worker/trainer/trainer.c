@@ -89,6 +89,9 @@ static int trainer_join(trainer *t) {
     go.rank = o->rank;
     go.timeout_ms = o->timeout_ms;
     go.mode = t->mode->name;
+    /* auto and nccl leave libddp's data plane to DDP_TRANSPORT, else its own choice */
+    bool named = !strcmp(o->transport, "shm") || !strcmp(o->transport, "zmq");
+    go.transport = named ? o->transport : NULL;
     if (t->mode->join)
         t->mode->join(&go, &t->buckets, o->devices != NULL);
     int r = ddp_init(&go, &t->g);
@@ -99,6 +102,12 @@ static int trainer_join(trainer *t) {
     t->rank = ddp_rank(t->g);
     t->world = ddp_world_size(t->g);
     return 0;
+}
+
+const char *trainer_transport(const trainer *t) {
+    if (!strcmp(t->opts->transport, "nccl"))
+        return "nccl";
+    return t->mode->via_ddpd ? "zmq" : ddp_transport(t->g);
 }
 
 static int trainer_check_transport(trainer *t) {
@@ -227,9 +236,10 @@ int trainer_run(trainer *t) {
     uint64_t total_samples = 0;
     trainer_training = 1;
     if (t->rank == 0)
-        printf("ddp-worker: %s mode, model %s (%zu parameters), %d workers, batch %d (%d each), %zu steps an epoch\n",
-               t->mode->name, t->m.spec.name, t->m.spec.n_params, t->world, t->global_batch, t->local_batch,
-               steps_per_epoch);
+        printf("ddp-worker: %s mode, model %s (%zu parameters), %d workers over %s, batch %d (%d each), %zu steps "
+               "an epoch\n",
+               t->mode->name, t->m.spec.name, t->m.spec.n_params, t->world, trainer_transport(t), t->global_batch,
+               t->local_batch, steps_per_epoch);
     while (t->epoch < epochs && t->step < max_steps) {
         sampler_set_epoch(&t->smp, t->epoch);
         double t0 = sync_now(), loss_sum = 0;

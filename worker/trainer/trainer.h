@@ -93,6 +93,9 @@ int trainer_open(trainer *t, const worker_options *opts);
 /* Runs to the end (epochs or steps); 0 or a negative error with t->error set. */
 int trainer_run(trainer *t);
 void trainer_close(trainer *t);
+/* What carries the gradients: "nccl" (--transport nccl), "zmq" to ddpd (ps), else what
+ * carries libddp's collectives ("shm" or "zmq"). */
+const char *trainer_transport(const trainer *t);
 
 /* Records what went wrong in t->error; returns err. trainer_refuse: the same for what the
  * flags or the environment ask that cannot be done (a usage error). */

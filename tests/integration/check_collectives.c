@@ -1,9 +1,12 @@
 /* libddp's collectives on real ranks over loopback, launched with ddp-run. */
 #include <check.h>
+#include <dirent.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "tests/check_main.h"
@@ -138,6 +141,72 @@ START_TEST(test_bench) {
 }
 END_TEST
 
+/* The shared memory segments pid maps (memfd:ddp-shm), by inode, added to inodes (*n of
+ * them so far, each once). */
+static void segment_inodes(pid_t pid, unsigned long *inodes, int *n, int max) {
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "%s: cannot read it", path);
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long inode;
+        if (!strstr(line, "/memfd:ddp-shm") || sscanf(line, "%*s %*s %*s %*s %lu", &inode) != 1)
+            continue;
+        bool seen = false;
+        for (int i = 0; i < *n; i++)
+            seen = seen || inodes[i] == inode;
+        if (!seen && *n < max)
+            inodes[(*n)++] = inode;
+    }
+    fclose(f);
+}
+
+/* Descriptors of pid that are segments: none, the mappings alone hold them. */
+static int segment_fds(pid_t pid) {
+    char path[64], target[256];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    ck_assert_msg(d, "%s: cannot read it", path);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char link[320];
+        snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+        ssize_t len = readlink(link, target, sizeof(target) - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            n += strstr(target, "memfd:ddp-shm") != NULL;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* A process on this machine that still maps one of the segments, or 0. */
+static pid_t segment_holder(const unsigned long *inodes, int n) {
+    DIR *d = opendir("/proc");
+    pid_t holder = 0;
+    for (struct dirent *e; d && !holder && (e = readdir(d));) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        char path[64], line[512];
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+        FILE *f = pid > 0 ? fopen(path, "r") : NULL; /* gone already, or not ours to read: not holding ours */
+        while (f && !holder && fgets(line, sizeof(line), f)) {
+            unsigned long inode;
+            if (strstr(line, "/memfd:ddp-shm") && sscanf(line, "%*s %*s %*s %*s %lu", &inode) == 1)
+                for (int i = 0; i < n; i++)
+                    holder = inode == inodes[i] ? pid : holder;
+        }
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return holder;
+}
+
+/* A rank SIGKILLed while its peers wait on it in shared memory: each names it within 3 s,
+ * and the segments die with the job (they are unnamed: nothing in /dev/shm, no descriptor
+ * kept, and once the ranks are gone no process maps them). */
 START_TEST(test_peer_killed_mid_all_reduce) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
@@ -147,6 +216,13 @@ START_TEST(test_peer_killed_mid_all_reduce) {
         rank_start(&ranks[r], &d, 4, r, "stress", argv);
     for (int r = 0; r < 4; r++)
         ck_assert_msg(proc_expect(&ranks[r], "first ok", 60000, NULL, 0), "%s", proc_output(&ranks[r]));
+    unsigned long inodes[8];
+    int n_inodes = 0;
+    for (int r = 0; r < 4; r++) {
+        segment_inodes(ranks[r].pid, inodes, &n_inodes, 8);
+        ck_assert_int_eq(segment_fds(ranks[r].pid), 0);
+    }
+    ck_assert_msg(n_inodes == 4, "the ranks map %d segments, not one each", n_inodes);
     uint64_t killed_at = clock_now_ms();
     proc_signal(&ranks[2], SIGKILL);
     char expected[64];
@@ -163,6 +239,88 @@ START_TEST(test_peer_killed_mid_all_reduce) {
     }
     for (int r = 0; r < 4; r++)
         proc_close(&ranks[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    pid_t holder = segment_holder(inodes, n_inodes);
+    ck_assert_msg(holder == 0, "pid %d still maps a segment of the job", (int)holder);
+}
+END_TEST
+
+/* A rank SIGSTOPped while its peer waits on it (alive: ddpd's liveness, long here, does not
+ * end it): ddpctl status shows the peer waiting on it, and the peer's wait times out
+ * naming it. */
+START_TEST(test_peer_stopped) {
+    ddpd_proc d;
+    const char *const slow_liveness[] = {"--liveness", "60", NULL};
+    ddpd_start(&d, slow_liveness);
+    proc ranks[2];
+    const char *argv[] = {"/usr/bin/env", "DDP_TIMEOUT_MS=6000", COLL_FAULT_PATH, "stress", NULL};
+    for (int r = 0; r < 2; r++)
+        rank_start(&ranks[r], &d, 2, r, "stopped", argv);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&ranks[r], "first ok", 60000, NULL, 0), "%s", proc_output(&ranks[r]));
+    proc_signal(&ranks[1], SIGSTOP);
+    const char *ctl[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", NULL};
+    bool reported = false;
+    for (uint64_t until = clock_now_ms() + 6000; !reported && clock_now_ms() < until;) {
+        proc c;
+        proc_start(&c, ctl, NULL);
+        ck_assert_int_eq(proc_wait(&c, WAIT_MS), 0);
+        reported = strstr(proc_output(&c), "rank 0 has waited") && strstr(proc_output(&c), "for rank 1");
+        proc_close(&c);
+    }
+    ck_assert_msg(reported, "ddpctl status never showed rank 0 waiting for rank 1");
+    char line[600];
+    ck_assert_msg(proc_expect(&ranks[0], "failed:", 60000, line, sizeof(line)), "%s", proc_output(&ranks[0]));
+    ck_assert_msg(strstr(line, "timed out after 6000 ms waiting for rank 1"), "%s", line);
+    ck_assert_int_eq(proc_wait(&ranks[0], 60000), 3);
+    proc_signal(&ranks[1], SIGKILL);
+    for (int r = 0; r < 2; r++)
+        proc_close(&ranks[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* Two "hosts" (DDP_HOST): ranks 0 and 1 on one, 2 and 3 on the other. Shared memory needs
+ * every rank on one host, so the job runs over ZeroMQ, with the right results; asking for
+ * shm there is an error, on every rank, that says why. On one host, one rank that asks for
+ * ZeroMQ takes the others with it (they agree, or they would wait on each other forever). */
+START_TEST(test_mixed_hosts) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    static const struct {
+        const char *job, *transport[4], *expected;
+        bool two_hosts;
+        int world, code;
+    } runs[] = {
+        {"two-hosts", {"auto", "auto", "auto", "auto"}, "uses zmq", true, 4, 0},
+        {"two-hosts-shm",
+         {"shm", "shm", "shm", "shm"},
+         "transport shm: the job's ranks are not all on this host",
+         true,
+         4,
+         2},
+        {"one-asks-zmq", {"zmq", "auto"}, "uses zmq", false, 2, 0},
+    };
+    for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+        proc ranks[4];
+        for (int r = 0; r < runs[k].world; r++) {
+            char host[32], transport[32];
+            snprintf(host, sizeof(host), "DDP_HOST=host-%c", runs[k].two_hosts && r >= 2 ? 'b' : 'a');
+            snprintf(transport, sizeof(transport), "DDP_TRANSPORT=%s", runs[k].transport[r]);
+            const char *argv[] = {"/usr/bin/env",     host, transport, COLL_CHECK_PATH, "--counts",
+                                  "0,1,7,1000,70000", NULL};
+            rank_start(&ranks[r], &d, runs[k].world, r, runs[k].job, argv);
+        }
+        for (int r = 0; r < runs[k].world; r++) {
+            int code = proc_wait(&ranks[r], WAIT_MS);
+            ck_assert_msg(code == runs[k].code, "%s: rank %d exited %d:\n%s", runs[k].job, r, code,
+                          proc_output(&ranks[r]));
+            ck_assert_msg(strstr(proc_output(&ranks[r]), runs[k].expected), "%s: rank %d: expected '%s' in:\n%s",
+                          runs[k].job, r, runs[k].expected, proc_output(&ranks[r]));
+            ck_assert_msg(runs[k].code || strstr(proc_output(&ranks[r]), " 0 failed"), "%s", proc_output(&ranks[r]));
+            proc_close(&ranks[r]);
+        }
+    }
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 END_TEST
@@ -234,8 +392,10 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(add_case(s, tcase_create("zmq-world8")), test_every_collective_zmq, 2, 3);
     tcase_add_test(add_case(s, tcase_create("same-bits")), test_same_bits_every_run);
     tcase_add_test(add_case(s, tcase_create("bench")), test_bench);
+    tcase_add_test(add_case(s, tcase_create("mixed-hosts")), test_mixed_hosts);
     TCase *faults = add_case(s, tcase_create("faults"));
     tcase_add_test(faults, test_peer_killed_mid_all_reduce);
+    tcase_add_test(faults, test_peer_stopped);
     tcase_add_test(faults, test_mismatched_counts);
     tcase_add_test(faults, test_mismatched_collectives);
     tcase_add_loop_test(add_case(s, tcase_create("examples")), test_examples, 0,

@@ -1,8 +1,7 @@
-#define _GNU_SOURCE /* memfd_create, SO_PEERCRED, struct ucred */
+#define _GNU_SOURCE /* SO_PEERCRED, struct ucred */
 #include "worker/libddp/shm.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -14,7 +13,6 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
@@ -22,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "worker/libddp/shm_segment.h"
 
 #define SHM_HEADER_BYTES 4096
 #define SHM_SEGMENT_BYTES (SHM_HEADER_BYTES + SHM_BUFFER_BYTES)
@@ -184,34 +183,11 @@ static int peer_credentials(int fd, struct ucred *ret) {
     return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, ret, &len) < 0 ? -errno : 0;
 }
 
-/* This rank's segment: sealed, so that no one (its owner included) can shrink it under
- * the peers' mappings. */
-static int make_segment(int *ret_fd) {
-    int fd = memfd_create("ddp-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0)
-        return -errno;
-    if (ftruncate(fd, SHM_SEGMENT_BYTES) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
-        int r = -errno;
-        close(fd);
-        return r;
-    }
-    *ret_fd = fd;
-    return 0;
-}
-
-/* A segment a peer handed over: of our size and sealed, or refused. */
+/* A segment a peer handed over, mapped once it is what every rank makes. */
 static int map_segment(comm *c, int fd, int r, char **ret) {
-    struct stat st;
-    int seals = fcntl(fd, F_GET_SEALS);
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != SHM_SEGMENT_BYTES || seals < 0 ||
-        !(seals & F_SEAL_SHRINK))
-        return comm_fail(c, -EPROTO, "rank %d handed over a segment that is not a sealed one of %u bytes", r,
-                         (unsigned)SHM_SEGMENT_BYTES);
-    void *m = mmap(NULL, SHM_SEGMENT_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-        return comm_fail(c, -errno, "cannot map rank %d's segment: %s", r, strerror(errno));
-    *ret = m;
-    return 0;
+    char why[128];
+    int err = shm_segment_map(fd, SHM_SEGMENT_BYTES, ret, why, sizeof(why));
+    return err < 0 ? comm_fail(c, err, "rank %d handed over a segment that is refused: %s", r, why) : 0;
 }
 
 static int send_fd(int sock, int fd, int32_t rank) {
@@ -384,20 +360,19 @@ int shm_open_plane(comm *c, shm_plane **ret) {
     s->rank = c->peers.rank;
     s->world = c->peers.world;
     s->segments = calloc((size_t)s->world, sizeof(char *));
-    int fd = -1, r = s->segments ? make_segment(&fd) : -ENOMEM;
+    int fd = -1, r = s->segments ? shm_segment_make(SHM_SEGMENT_BYTES, &fd) : -ENOMEM;
     if (r < 0) {
         comm_fail(c, r, "cannot make this rank's shared memory segment: %s", strerror(-r));
         shm_close_plane(s);
         return r;
     }
-    void *mine = mmap(NULL, SHM_SEGMENT_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (mine == MAP_FAILED) {
-        r = comm_fail(c, -errno, "cannot map this rank's shared memory: %s", strerror(errno));
+    char why[128];
+    if ((r = shm_segment_map(fd, SHM_SEGMENT_BYTES, &s->segments[s->rank], why, sizeof(why))) < 0) {
+        comm_fail(c, r, "cannot map this rank's shared memory: %s", why);
         close(fd);
         shm_close_plane(s);
         return r;
     }
-    s->segments[s->rank] = mine;
     r = exchange(c, s, fd, clock_now_ms() + (uint64_t)c->timeout_ms);
     close(fd); /* the mappings keep the segments; they go with the last process that maps them */
     if (r < 0) {

@@ -1,6 +1,8 @@
 #!/bin/sh
-# Installs every Debian package that ddpd's build, its tests and the default dataset need.
+# Installs every Debian package that ddpd's build, its tests and the default dataset need;
+# with --bench, also the peers that tests/bench/ measures against (OpenMPI, PyTorch).
 # Idempotent and non-interactive; run as root (or through sudo).
+#   deploy/install-deps.sh [--bench]
 set -eu
 
 packages="
@@ -16,6 +18,11 @@ packages="
   libsystemd-dev systemd
   dataset-fashion-mnist
 "
+case "${1:-}" in
+  "") ;;
+  --bench) packages="$packages openmpi-bin libopenmpi-dev python3-torch bc" ;;
+  *) echo "usage: install-deps.sh [--bench]" >&2; exit 2 ;;
+esac
 
 missing=""
 for p in $packages; do

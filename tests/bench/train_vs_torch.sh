@@ -1,49 +1,80 @@
 #!/bin/sh
 # ddp-worker beside the PyTorch anchor (../shared/anchors/torch_train.py), on Fashion-MNIST,
-# in one run on one machine, both with one BLAS thread per process. Each configuration
-# runs ROUNDS times, alternating with its peer, and keeps its best samples/s (the machine
-# is shared and noisy); accuracy comes from the last round.
+# in one run on one machine, every process with one BLAS thread. Each configuration runs
+# ROUNDS times, the configurations taking turns, and each figure is the best and the median
+# of its rounds (the machine is shared and noisy); accuracy comes from separate longer runs.
+# Also: the all-reduce inside ddp training (comm time per step, from --metrics) beside
+# ddp-bench's all-reduce of the same size in the same run.
 #
 #   tests/bench/train_vs_torch.sh BUILD_DIR [ROUNDS] [ANCHORS_DIR]
 #
-# Needs Debian's python3-torch and dataset-fashion-mnist.
+# Needs python3-torch, bc and dataset-fashion-mnist (deploy/install-deps.sh --bench).
 set -eu
 build=$1
-rounds=${2:-2}
+rounds=${2:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 anchors=${3:-$here/../../../shared/anchors}
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+params=535818 # mlp 784-512-256-10: one 25 MiB bucket, so one all-reduce of this many floats a step
 
-ours() { # world model epochs mode
-  "$build/bin/ddp-run" -n "$1" -- ddp-worker --model "$2" --epochs "$3" --mode "$4" | grep '^\[rank 0\] RESULT' | sed 's/^\[rank 0\] //'
+ours() { # world model epochs mode [metrics]: rank 0's RESULT line
+  "$build/bin/ddp-run" -n "$1" -- ddp-worker --model "$2" --epochs "$3" --mode "$4" ${5:+--metrics "$5"} |
+    grep '^\[rank 0\] RESULT' | sed 's/^\[rank 0\] //'
 }
 theirs() { # world model epochs sync
   /usr/bin/python3 "$anchors/torch_train.py" "$1" "$2" "$3" "$4" 2>/dev/null | grep '^RESULT'
 }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
-best() { sort -n | tail -1; }
+stats() { # numbers on stdin: "best/median", best the largest (or with "min", the smallest)
+  sort -g | awk -v min="${1:-}" '{ v[++n] = $1 } END {
+    med = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    printf "%.6g/%.6g\n", min ? v[1] : v[n], med }'
+}
+first() { cut -d/ -f1; }
+ratio() { echo "scale=2; $1 / $2" | bc -l; }
 
-# speed: mlp, one epoch, 1 and 2 workers
 for i in $(seq "$rounds"); do
   ours 1 mlp 1 ddp >> "$out/ours1"
   theirs 1 mlp 1 none >> "$out/torch1"
-  ours 2 mlp 1 ddp >> "$out/ours2"
+  rm -f "$out/m.jsonl"
+  ours 2 mlp 1 ddp "$out/m.jsonl" >> "$out/ddp"
+  /usr/bin/python3 -c 'import json, sys
+e = [x for x in map(json.loads, open(sys.argv[1])) if x["type"] == "epoch"][-1]  # comm ms a step, whole run
+print("%.4f" % (e["comm_s"] / e["step"] * 1000))' "$out/m.jsonl" >> "$out/comm_ms"
+  "$build/bin/ddp-bench" all_reduce -n 2 -b $((params * 4)) -e $((params * 4)) | awk '!/^#/ { printf "%.4f\n", $6 / 1000 }' >> "$out/bench_ms"
   theirs 2 mlp 1 ddp >> "$out/torch2"
+  ours 2 mlp 1 dp >> "$out/dp"
+  ours 2 mlp 1 ps >> "$out/ps"
 done
-o1=$(field samples_per_s < "$out/ours1" | best); t1=$(field samples_per_s < "$out/torch1" | best)
-o2=$(field samples_per_s < "$out/ours2" | best); t2=$(field samples_per_s < "$out/torch2" | best)
+for f in ours1 torch1 ddp torch2 dp ps; do field samples_per_s < "$out/$f" | stats > "$out/$f.s"; done
+o1=$(cat "$out/ours1.s"); t1=$(cat "$out/torch1.s"); d=$(cat "$out/ddp.s"); t2=$(cat "$out/torch2.s")
+dp=$(cat "$out/dp.s"); ps=$(cat "$out/ps.s")
+comm=$(stats min < "$out/comm_ms"); bench=$(stats min < "$out/bench_ms")
 
 # accuracy: linear 10 epochs and mlp 5 epochs, 2 workers
 la=$(ours 2 linear 10 ddp | field test_acc)
 ma=$(ours 2 mlp 5 ddp | field test_acc)
 ta=$(theirs 2 mlp 5 ddp | field test_acc)
 
-echo "# Fashion-MNIST, global batch 128, SGD lr 0.01 momentum 0.5, 1 BLAS thread per process"
-printf "%-34s %12s %12s %8s\n" "run" "ddp-worker" "PyTorch" "ratio"
-printf "%-34s %12s %12s %8.2f\n" "mlp, 1 worker, samples/s" "$o1" "$t1" "$(echo "$o1 / $t1" | bc -l)"
-printf "%-34s %12s %12s %8.2f\n" "mlp, 2 workers ddp, samples/s" "$o2" "$t2" "$(echo "$o2 / $t2" | bc -l)"
-printf "%-34s %12s %12s %8.2f\n" "mlp, 2 workers / 1 worker (ours)" "$o2" "$o1" "$(echo "$o2 / $o1" | bc -l)"
-printf "%-34s %12s %12s\n" "linear, 2 workers, 10 epochs, acc" "$la" "0.838 (seed)"
-printf "%-34s %12s %12s %8.4f\n" "mlp, 2 workers, 5 epochs, acc" "$ma" "$ta" "$(echo "$ma - $ta" | bc -l)"
+echo "# Fashion-MNIST, mlp, global batch 128, SGD lr 0.01 momentum 0.5, 1 BLAS thread a process;"
+echo "# $rounds rounds alternating, each figure best/median; ratios of the bests"
+echo "| run | samples/s | against | ratio |"
+echo "|---|---|---|---|"
+echo "| ddp-worker, 1 worker | $o1 | PyTorch, 1 process: $t1 | $(ratio "$(echo "$o1" | first)" "$(echo "$t1" | first)") |"
+echo "| ddp-worker, 2 workers, ddp | $d | PyTorch DDP (gloo), 2 processes: $t2 | $(ratio "$(echo "$d" | first)" "$(echo "$t2" | first)") |"
+echo "| ddp-worker, 2 workers, ddp | $d | ddp-worker, 1 worker: $o1 | $(ratio "$(echo "$d" | first)" "$(echo "$o1" | first)") |"
+echo "| ddp-worker, 2 workers, dp | $dp | ddp-worker, 2 workers, ddp | $(ratio "$(echo "$dp" | first)" "$(echo "$d" | first)") |"
+echo "| ddp-worker, 2 workers, ps | $ps | ddp-worker, 2 workers, ddp | $(ratio "$(echo "$ps" | first)" "$(echo "$d" | first)") |"
+echo
+echo "| all-reduce of $((params * 4)) bytes, world 2 | ms (best/median) |"
+echo "|---|---|"
+echo "| inside ddp training (comm_s / steps, rank 0) | $comm |"
+echo "| ddp-bench, same size, same run | $bench |"
+echo "| ratio of the bests | $(ratio "$(echo "$comm" | first)" "$(echo "$bench" | first)") |"
+echo
+echo "| accuracy, 2 workers | ddp-worker | PyTorch |"
+echo "|---|---|---|"
+echo "| linear, 10 epochs | $la | 0.838 (seed) |"
+echo "| mlp, 5 epochs | $ma | $ta |"

@@ -14,9 +14,17 @@
 #include "worker/libddp/coll.h"
 #include "worker/libddp/shm.h"
 
+/* Up to this, every rank reduces all of it: one phase fewer than the slices, and at this
+ * size the phases cost more than the bytes (tests/bench/allreduce_vs_mpi.sh). */
+#define SHM_SMALL_MAX_BYTES (16u << 10)
+/* A large reduction goes in pieces of this: a piece's copies and reads stay in cache
+ * between its phases (measured against 256 KiB and 2 and 4 MiB). */
+#define SHM_CHUNK_BYTES (1u << 20)
+_Static_assert(SHM_CHUNK_BYTES <= SHM_BUFFER_BYTES, "a piece fits the staging buffer");
+
 typedef struct {
     shm_plane *plane;
-    char *scratch; /* SHM_BUFFER_BYTES: a reduction's accumulator where recv must not be written */
+    const char **inputs; /* world: a reduction's inputs, in rank order */
 } coll_shm;
 
 static coll_shm *state(const comm *c) {
@@ -75,30 +83,51 @@ static int all_reduce_small(comm *c, const coll_args *a, bool to_everyone) {
     return 0;
 }
 
-/* Large: per chunk, every rank copies its part in; rank r reduces slice r from every
- * buffer and publishes it in its own (only r reads slice r of its own buffer: no one else
- * is disturbed); then the slices go to everyone (all-reduce) or to the root (reduce). A
- * rank that keeps no result reduces into scratch: its buffer is the caller's input, and
- * stays as it was. */
+/* dst = in[0] op in[1] op ... op in[n-1], len elements: the same order on every rank. */
+static void reduce_inputs(char *dst, const char *const *in, int n, uint64_t len, dtype t, reduce_op op) {
+    if (n == 1) {
+        memcpy(dst, in[0], len * dtype_size(t));
+        return;
+    }
+    reduce_pair(dst, in[0], in[1], len, t, op);
+    for (int r = 2; r < n; r++)
+        reduce_into(dst, in[r], len, t, op);
+}
+
+/* Large: a reduce-scatter, then an all-gather (or a gather to the root), per chunk. Rank r
+ * owns slice r of the chunk. Each rank copies in only what the others need (their slices
+ * of its input), so its own slice's place in its buffer is free: there it reduces its
+ * slice, from its own input where it lies and the peers' copies, and the others read the
+ * result from there. Every rank's buffer is laid out as the chunk. */
 static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
-    coll_shm *x = state(c);
-    shm_plane *s = x->plane;
+    shm_plane *s = state(c)->plane;
     const comm_call *call = &a->call;
     int n = c->peers.world, me = c->peers.rank;
     size_t es = dtype_size(call->t);
-    uint64_t chunk = chunk_elems(call->t, 1);
+    uint64_t chunk = SHM_CHUNK_BYTES / es;
     bool keeps = to_everyone || me == call->root;
+    const char **in = state(c)->inputs;
+    char *mine = shm_buffer(s, me);
     for (uint64_t off = 0; off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk, lo, hi;
+        const char *send = (const char *)a->send + off * es;
         TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call));
-        memcpy(shm_buffer(s, me), (const char *)a->send + off * es, len * es);
+        for (int p = 0; p < n; p++) {
+            uint64_t plo, phi;
+            slice(len, p, n, &plo, &phi);
+            if (p != me)
+                memcpy(mine + plo * es, send + plo * es, (phi - plo) * es);
+        }
         TRY(shm_wait_all(c, s, shm_post(s), call));
         slice(len, me, n, &lo, &hi);
-        char *acc = keeps ? (char *)a->recv + (off + lo) * es : x->scratch;
-        reduce_ranks(s, n, acc, lo * es, hi - lo, call->t, call->op);
-        reduce_finish(acc, hi - lo, call->t, call->op, n);
-        memcpy(shm_buffer(s, me) + lo * es, acc, (hi - lo) * es);
+        for (int r = 0; r < n; r++)
+            in[r] = r == me ? send + lo * es : shm_buffer(s, r) + lo * es;
+        reduce_inputs(mine + lo * es, in, n, hi - lo, call->t, call->op);
+        reduce_finish(mine + lo * es, hi - lo, call->t, call->op, n);
         uint64_t reduced = shm_post(s);
+        char *recv = (char *)a->recv + off * es;
+        if (keeps) /* after the reduction: with send == recv, this slice was one of its inputs */
+            memcpy(recv + lo * es, mine + lo * es, (hi - lo) * es);
         for (int r = 0; r < n; r++) {
             if (r == me)
                 continue;
@@ -106,7 +135,7 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
             slice(len, r, n, &rlo, &rhi);
             if (keeps) {
                 TRY(shm_wait(c, s, r, reduced, call));
-                memcpy((char *)a->recv + (off + rlo) * es, shm_buffer(s, r) + rlo * es, (rhi - rlo) * es);
+                memcpy(recv + rlo * es, shm_buffer(s, r) + rlo * es, (rhi - rlo) * es);
             }
             /* reads: my slice of r's input, and r's reduced slice; r reads the same of mine */
             bool r_keeps = to_everyone || r == call->root;
@@ -242,8 +271,8 @@ static int coll_shm_run(comm *c, const coll_args *a) {
     case COLL_ALL_REDUCE:
     case COLL_REDUCE: {
         bool to_everyone = a->call.kind == COLL_ALL_REDUCE;
-        return bytes <= COLL_DIRECT_MAX_BYTES ? all_reduce_small(c, a, to_everyone)
-                                              : all_reduce_large(c, a, to_everyone);
+        return bytes <= SHM_SMALL_MAX_BYTES ? all_reduce_small(c, a, to_everyone)
+                                            : all_reduce_large(c, a, to_everyone);
     }
     case COLL_BROADCAST:
         return broadcast(c, a);
@@ -266,7 +295,7 @@ static void coll_shm_close(comm *c) {
     if (!x)
         return;
     shm_close_plane(x->plane);
-    free(x->scratch);
+    free(x->inputs);
     free(x);
     c->collectives = NULL;
     c->collectives_impl = NULL;
@@ -280,13 +309,13 @@ static const comm_collectives coll_shm_table = {
 
 int coll_shm_open(comm *c) {
     coll_shm *x = calloc(1, sizeof(*x));
-    if (!x || !(x->scratch = malloc(SHM_BUFFER_BYTES))) {
+    if (!x || !(x->inputs = calloc((size_t)c->peers.world, sizeof(char *)))) {
         free(x);
         return comm_fail(c, -ENOMEM, "out of memory");
     }
     int r = shm_open_plane(c, &x->plane);
     if (r < 0) {
-        free(x->scratch);
+        free(x->inputs);
         free(x);
         return r;
     }

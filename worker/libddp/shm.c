@@ -52,6 +52,7 @@ struct shm_plane {
     char **segments;  /* every rank's, mapped; this rank's own among them */
     uint64_t phase;   /* the last phase this rank posted */
     uint64_t release; /* the phase after which no peer reads this rank's buffer */
+    bool crowded;     /* more ranks than CPUs to run them: a waiter yields its CPU as it spins */
 };
 
 static shm_head *head(const shm_plane *s, int r) {
@@ -125,10 +126,13 @@ static int wait_phase(comm *c, shm_plane *s, int r, uint64_t target, const comm_
     if (atomic_load_explicit(&h->posted, memory_order_acquire) >= target)
         return 0;
     uint64_t spin_until = clock_now_us() + SHM_SPIN_US;
-    while (clock_now_us() < spin_until)
+    while (clock_now_us() < spin_until) {
         for (int i = 0; i < 64; i++)
             if (atomic_load_explicit(&h->posted, memory_order_acquire) >= target)
                 return 0;
+        if (s->crowded) /* r may be waiting for this very CPU */
+            sched_yield();
+    }
     comm_report_waiting(c, r, call, 0); /* ddpd's stall report names r while this lasts */
     int err = 0;
     while (atomic_load(&h->posted) < target && err == 0) {
@@ -359,6 +363,8 @@ int shm_open_plane(comm *c, shm_plane **ret) {
         return comm_fail(c, -ENOMEM, "out of memory");
     s->rank = c->peers.rank;
     s->world = c->peers.world;
+    cpu_set_t cpus;
+    s->crowded = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < s->world;
     s->segments = calloc((size_t)s->world, sizeof(char *));
     int fd = -1, r = s->segments ? shm_segment_make(SHM_SEGMENT_BYTES, &fd) : -ENOMEM;
     if (r < 0) {

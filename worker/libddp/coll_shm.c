@@ -21,6 +21,7 @@
  * between its phases (measured against 256 KiB and 2 and 4 MiB). */
 #define SHM_CHUNK_BYTES (1u << 20)
 _Static_assert(SHM_CHUNK_BYTES <= SHM_BUFFER_BYTES, "a piece fits the staging buffer");
+#define SHM_BLOCK_BYTES (16u << 10) /* a slice is reduced and copied out in blocks of this */
 
 typedef struct {
     shm_plane *plane;
@@ -120,14 +121,18 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
         }
         TRY(shm_wait_all(c, s, shm_post(s), call));
         slice(len, me, n, &lo, &hi);
-        for (int r = 0; r < n; r++)
-            in[r] = r == me ? send + lo * es : shm_buffer(s, r) + lo * es;
-        reduce_inputs(mine + lo * es, in, n, hi - lo, call->t, call->op);
-        reduce_finish(mine + lo * es, hi - lo, call->t, call->op, n);
-        uint64_t reduced = shm_post(s);
         char *recv = (char *)a->recv + off * es;
-        if (keeps) /* after the reduction: with send == recv, this slice was one of its inputs */
-            memcpy(recv + lo * es, mine + lo * es, (hi - lo) * es);
+        /* in blocks that stay in L1, so that the copy to recv reads what was just written */
+        for (uint64_t b = lo; b < hi; b += SHM_BLOCK_BYTES / es) {
+            uint64_t blen = hi - b < SHM_BLOCK_BYTES / es ? hi - b : SHM_BLOCK_BYTES / es;
+            for (int r = 0; r < n; r++)
+                in[r] = (r == me ? send : shm_buffer(s, r)) + b * es;
+            reduce_inputs(mine + b * es, in, n, blen, call->t, call->op);
+            reduce_finish(mine + b * es, blen, call->t, call->op, n);
+            if (keeps) /* after the block's reduction: with send == recv, it was one of its inputs */
+                memcpy(recv + b * es, mine + b * es, blen * es);
+        }
+        uint64_t reduced = shm_post(s);
         for (int r = 0; r < n; r++) {
             if (r == me)
                 continue;

@@ -135,8 +135,9 @@ START_TEST(test_bench) {
     proc p;
     proc_start(&p, json, NULL);
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
-    ck_assert_msg(strstr(proc_output(&p), "\"busbw_gbps\"") && strstr(proc_output(&p), "\"avg_busbw_gbps\""), "%s",
-                  proc_output(&p));
+    ck_assert_msg(strstr(proc_output(&p), "\"busbw_gbps\"") && strstr(proc_output(&p), "\"avg_busbw_gbps\"") &&
+                      strstr(proc_output(&p), "\"transport\": \"shm\""),
+                  "%s", proc_output(&p));
     proc_close(&p);
 }
 END_TEST

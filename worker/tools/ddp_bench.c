@@ -236,8 +236,8 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
     const char *type = dtype_choices[c.t], *redop = kind == B_ALL_GATHER || kind == B_BROADCAST ? "none" : o->op_name;
     int root = kind == B_BROADCAST || kind == B_REDUCE ? c.root : -1;
     if (out && !o->json && r == 0) {
-        fprintf(out, "# ddp-bench %s, world %d, %s, %s, warmup %d, iters %s\n#\n", kind_names[kind], n, type, redop,
-                o->warmup, o->iters ? "fixed" : "by size");
+        fprintf(out, "# ddp-bench %s, world %d over %s, %s, %s, warmup %d, iters %s\n#\n", kind_names[kind], n,
+                ddp_transport(g), type, redop, o->warmup, o->iters ? "fixed" : "by size");
         fprintf(out, "# %10s %12s %6s %6s %5s %10s %10s %10s %7s %10s %10s\n", "size", "count", "type", "redop", "root",
                 "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)");
         fprintf(out, "# %10s %12s %6s %6s %5s %10s %10s %10s %7s %10s %10s\n", "(B)", "(elements)", "", "", "", "",
@@ -245,8 +245,10 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
     }
     bool opened = out && o->json && r == 0; /* the JSON object, closed at the end */
     if (opened)
-        fprintf(out, "{\"collective\": \"%s\", \"world\": %d, \"dtype\": \"%s\", \"op\": \"%s\", \"rows\": [",
-                kind_names[kind], n, type, redop);
+        fprintf(out,
+                "{\"collective\": \"%s\", \"world\": %d, \"transport\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", "
+                "\"rows\": [",
+                kind_names[kind], n, ddp_transport(g), type, redop);
     double bus_sum = 0;
     int rows = 0;
     for (uint64_t size = min_bytes; size <= max_bytes && r == 0; size *= (uint64_t)o->factor) {

@@ -45,9 +45,6 @@ typedef struct {
     /* The step's loss is the global batch's already (dp computes it on rank 0), not this
      * rank's share to be averaged. */
     bool global_loss;
-    /* Its gradients go to ddpd and back, over ZeroMQ, whatever carries the ranks' own
-     * collectives (ps). */
-    bool via_ddpd;
     /* It can average gradients on the devices (--transport nccl). */
     bool device_all_reduce;
     /* What every member must also agree on at join, given the bucket plan and whether the

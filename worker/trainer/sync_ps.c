@@ -97,7 +97,6 @@ static int ps_step(void *state, int B, double *ret_loss) {
 
 const sync_mode sync_mode_ps = {
     .name = "ps",
-    .via_ddpd = true,
     .join = ps_join,
     .open = ps_open,
     .step = ps_step,

@@ -105,9 +105,7 @@ static int trainer_join(trainer *t) {
 }
 
 const char *trainer_transport(const trainer *t) {
-    if (!strcmp(t->opts->transport, "nccl"))
-        return "nccl";
-    return t->mode->via_ddpd ? "zmq" : ddp_transport(t->g);
+    return !strcmp(t->opts->transport, "nccl") ? "nccl" : ddp_transport(t->g);
 }
 
 static int trainer_check_transport(trainer *t) {

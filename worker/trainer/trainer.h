@@ -93,8 +93,8 @@ int trainer_open(trainer *t, const worker_options *opts);
 /* Runs to the end (epochs or steps); 0 or a negative error with t->error set. */
 int trainer_run(trainer *t);
 void trainer_close(trainer *t);
-/* What carries the gradients: "nccl" (--transport nccl), "zmq" to ddpd (ps), else what
- * carries libddp's collectives ("shm" or "zmq"). */
+/* What carries the ranks' collectives: "nccl" (--transport nccl: ddp's gradients), else
+ * libddp's "shm" or "zmq" (ps mode's gradients go to ddpd over ZeroMQ either way). */
 const char *trainer_transport(const trainer *t);
 
 /* Records what went wrong in t->error; returns err. trainer_refuse: the same for what the

@@ -37,7 +37,7 @@ static int memfd(size_t bytes, unsigned seals) {
 
 START_TEST(test_made_is_mapped) {
     int fd = -1;
-    ck_assert_int_eq(shm_segment_make(BYTES, &fd), 0);
+    ck_assert_int_eq(shm_segment_make("test", BYTES, &fd), 0);
     char why[128] = "", *a = NULL, *b = NULL;
     ck_assert_int_eq(shm_segment_map(fd, BYTES, &a, why, sizeof(why)), 0);
     ck_assert_int_eq(shm_segment_map(fd, BYTES, &b, why, sizeof(why)), 0);

@@ -4,9 +4,8 @@
  * that the owner writes and the others read. The collectives over it are in coll_shm.c.
  *
  * The segments never have a name: each rank hands its memfd to each peer over a Unix
- * socket (SCM_RIGHTS), after the kernel has said who is at the other end (SO_PEERCRED:
- * the same user, and the pid ddpd's Welcome gave for that rank). No process reads
- * another by pid, and nothing outlives the processes that map it. */
+ * socket (shm_handover.h). No process reads another by pid, and nothing outlives the
+ * processes that map it. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

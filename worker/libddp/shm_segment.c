@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int shm_segment_make(size_t bytes, int *ret_fd) {
-    int fd = memfd_create("ddp-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+int shm_segment_make(const char *name, size_t bytes, int *ret_fd) {
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return -errno;
     if (ftruncate(fd, (off_t)bytes) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {

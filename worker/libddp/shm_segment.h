@@ -6,8 +6,9 @@
 #pragma once
 #include <stddef.h>
 
-/* A new segment of bytes, sealed; its fd in *ret_fd. 0 or -errno. */
-int shm_segment_make(size_t bytes, int *ret_fd);
+/* A new segment of bytes, sealed, named name (as /proc shows it); its fd in *ret_fd. 0 or
+ * -errno. */
+int shm_segment_make(const char *name, size_t bytes, int *ret_fd);
 /* Maps a segment a peer handed over, once it is what shm_segment_make makes; -EPROTO (or
  * the kernel's error) with why saying what is wrong with it. */
 int shm_segment_map(int fd, size_t bytes, char **ret, char *why, size_t why_size);

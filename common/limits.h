@@ -26,6 +26,9 @@
 #define DDP_MAX_PS_BUCKET_ELEMENTS (16u << 20) /* f32: a 64 MiB frame, DDP_MAX_CONTROL_MSG_BYTES */
 #define DDP_MAX_PS_ELEMENTS (1u << 28)        /* all buckets of a job together */
 
+/* ddp_alloc: one buffer that peers map (a memfd each rank maps once per peer) */
+#define DDP_MAX_ALLOC_BYTES (64ull << 30)
+
 /* Framing: [envelope][payload...] */
 #define DDP_MAX_PAYLOAD_FRAMES 8
 #define DDP_MAX_ENVELOPE_BYTES (4u << 20)  /* a status of DDP_MAX_PEERS members, a store value */

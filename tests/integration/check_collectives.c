@@ -72,6 +72,51 @@ START_TEST(test_every_collective_zmq) {
 }
 END_TEST
 
+/* The rank's digest line of a coll_check run in p: "coll_check: digest of rank R: D". */
+static void digest_of(proc *p, int r, char *line, size_t size) {
+    char needle[64];
+    snprintf(needle, sizeof(needle), "coll_check: digest of rank %d: ", r);
+    p->cursor = 0;
+    ck_assert_msg(proc_expect(p, needle, 0, line, size), "%s", proc_output(p));
+}
+
+/* Buffers from ddp_alloc, 16 bytes into their regions: every collective right, over shared
+ * memory (the peers reading the inputs in place) with the same bits as from malloc, and
+ * over ZeroMQ (where it is private memory). */
+START_TEST(test_alloc) {
+    static const struct {
+        const char *transport;
+        int n;
+    } runs[] = {{"shm", 3}, {"zmq", 2}};
+    for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+        char env[32];
+        snprintf(env, sizeof(env), "DDP_TRANSPORT=%s", runs[k].transport);
+#ifdef DDP_SANITIZED
+        const char *counts = k ? "0,1,7,1000,70000" : "0,1,7,1000,300000"; /* still two pieces */
+#else
+        const char *counts = k ? "0,1,7,1000,70000" : "0,1,7,1000,1048579";
+#endif
+        const char *with[] = {"/usr/bin/env", env, COLL_CHECK_PATH, "--counts", counts, "--alloc", "1", NULL};
+        const char *without[] = {"/usr/bin/env", env, COLL_CHECK_PATH, "--counts", counts, NULL};
+        proc a, b;
+        int code = run(&a, runs[k].n, with);
+        ck_assert_msg(code == 0, "--alloc over %s exited %d:\n%s", runs[k].transport, code, proc_output(&a));
+        ck_assert_msg(!strstr(proc_output(&a), "FAIL"), "%s", proc_output(&a));
+        code = run(&b, runs[k].n, without);
+        ck_assert_msg(code == 0, "over %s exited %d:\n%s", runs[k].transport, code, proc_output(&b));
+        for (int r = 0; r < runs[k].n; r++) {
+            char da[256], db[256];
+            digest_of(&a, r, da, sizeof(da));
+            digest_of(&b, r, db, sizeof(db));
+            ck_assert_msg(!strcmp(da, db), "over %s, ddp_alloc's buffers gave other bits: %s / %s", runs[k].transport,
+                          da, db);
+        }
+        proc_close(&a);
+        proc_close(&b);
+    }
+}
+END_TEST
+
 /* The same inputs give the same bits on every run, and on every rank. */
 START_TEST(test_same_bits_every_run) {
     char digests[2][3][64];
@@ -326,6 +371,16 @@ START_TEST(test_mixed_hosts) {
 }
 END_TEST
 
+/* coll_fault MODE on n ranks ends with exit 3, needle in its output. */
+static void expect_failure(const char *mode, int n, const char *needle) {
+    proc p;
+    const char *program[] = {COLL_FAULT_PATH, mode, NULL};
+    int code = run(&p, n, program);
+    ck_assert_msg(code == 3, "%s exited %d: %s", mode, code, proc_output(&p));
+    ck_assert_msg(strstr(proc_output(&p), needle), "%s: expected '%s' in: %s", mode, needle, proc_output(&p));
+    proc_close(&p);
+}
+
 static void expect_mismatch(const char *mode, const char *needle) {
     proc p;
     const char *program[] = {COLL_FAULT_PATH, mode, NULL};
@@ -336,6 +391,18 @@ static void expect_mismatch(const char *mode, const char *needle) {
     ck_assert_msg(strstr(line, needle), "expected '%s' in: %s", needle, line);
     proc_close(&p);
 }
+
+/* A member that posts its input where it shared nothing is refused by name, never read:
+ * rank 1 forges rank 0's call in its own header (tests/integration/coll_fault.c). */
+START_TEST(test_forged_inputs) {
+    expect_failure("bad-offset", 2,
+                   "rank 1 posted its input at bytes 4096..4198400 of region 0, which is 4194304 bytes: outside what "
+                   "it shared, refused");
+    expect_failure("bad-region", 2, "rank 1 posted its input in region 7, which it never shared: refused");
+    /* ranks that ask ddp_alloc for other sizes: an error, not a hang */
+    expect_failure("alloc-mismatch", 3, "failed: ddp_alloc: ");
+}
+END_TEST
 
 START_TEST(test_mismatched_counts) {
     expect_mismatch("mismatch-count", "called all_reduce(count 100");
@@ -394,9 +461,11 @@ int main(int argc, char **argv) {
     tcase_add_test(add_case(s, tcase_create("same-bits")), test_same_bits_every_run);
     tcase_add_test(add_case(s, tcase_create("bench")), test_bench);
     tcase_add_test(add_case(s, tcase_create("mixed-hosts")), test_mixed_hosts);
+    tcase_add_test(add_case(s, tcase_create("alloc")), test_alloc);
     TCase *faults = add_case(s, tcase_create("faults"));
     tcase_add_test(faults, test_peer_killed_mid_all_reduce);
     tcase_add_test(faults, test_peer_stopped);
+    tcase_add_test(faults, test_forged_inputs);
     tcase_add_test(faults, test_mismatched_counts);
     tcase_add_test(faults, test_mismatched_collectives);
     tcase_add_loop_test(add_case(s, tcase_create("examples")), test_examples, 0,

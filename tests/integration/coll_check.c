@@ -1,16 +1,18 @@
 /* Checks every collective against a serial reference, as one rank of a group formed from
  * the environment (run N of them under ddpd, or with ddp-run):
- *   coll_check [--counts 0,1,7,1000,1048579] [--dtypes f32,...] [--async K]
+ *   coll_check [--counts 0,1,7,1000,1048579] [--dtypes f32,...] [--async K] [--alloc 1]
  * For each count, dtype and op it runs all_reduce, reduce, reduce_scatter, broadcast,
  * gather, scatter, all_gather and send/recv. Every rank can compute every rank's input, so
  * each checks its own result: integers exactly, floats within a tolerance for their
  * precision. All-reduce results are hashed and all-gathered to check that every rank holds
  * the same bits, and digested: the same inputs must give the same digest on every run.
- * Prints "coll_check: rank R uses T" (its transport), one line per failure,
+ * With --alloc 1 every buffer comes from ddp_alloc, 16 bytes into it (the peers read the
+ * inputs in place, at an offset). Prints "coll_check: rank R uses T" (its transport), one line per failure,
  * "coll_check: digest of rank R: D" and
  * "coll_check: rank R: P passed, F failed". */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,33 @@
 #include "ddp/ddp.h"
 
 static int rank, world;
+static bool use_alloc; /* --alloc: buffers from ddp_alloc */
+
+#define ALLOC_SKIP 16 /* where a buffer starts in its allocation: not at the region's start */
+
+/* bytes for a call's buffer, from ddp_alloc (every rank, in the same order) or malloc. */
+static void *buffer(ddp_group *g, size_t bytes) {
+    if (!use_alloc)
+        return malloc(bytes);
+    char *p = ddp_alloc(g, bytes + ALLOC_SKIP);
+    if (!p) {
+        printf("FAIL ddp_alloc(%zu): %s\n", bytes + ALLOC_SKIP, ddp_last_error(g));
+        exit(1);
+    }
+    return p + ALLOC_SKIP;
+}
+
+static void release(ddp_group *g, void *p) {
+    if (!use_alloc) {
+        free(p);
+        return;
+    }
+    int r = ddp_free(g, (char *)p - ALLOC_SKIP);
+    if (r < 0) {
+        printf("FAIL ddp_free: %s\n", ddp_last_error(g));
+        exit(1);
+    }
+}
 static long passed, failed;
 static const char *const dtype_names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
 static const char *const op_names[] = {"sum", "prod", "min", "max", "avg"};
@@ -182,7 +211,8 @@ static void fill_input(void *buf, int r, uint64_t n, ddp_dtype t) {
 }
 
 static void run_reductions(ddp_group *g, uint64_t count, ddp_dtype t, size_t es, int root) {
-    void *buf = malloc(count * es + 1), *big = malloc((size_t)world * count * es + 1), *out = malloc(count * es + 1);
+    void *buf = buffer(g, count * es + 1), *big = buffer(g, (size_t)world * count * es + 1),
+         *out = buffer(g, count * es + 1);
     for (int op = DDP_SUM; op <= DDP_AVG; op++) {
         if (op == DDP_AVG && !is_float(t)) {
             int r = ddp_all_reduce(g, buf, count, t, DDP_AVG);
@@ -208,14 +238,14 @@ static void run_reductions(ddp_group *g, uint64_t count, ddp_dtype t, size_t es,
         EXPECT_ELEMENTS("reduce_scatter", count, t, op, count, out,
                         reference((uint64_t)rank * count + i, t, (ddp_op)op));
     }
-    free(buf);
-    free(big);
-    free(out);
+    release(g, buf);
+    release(g, big);
+    release(g, out);
 }
 
 static void run_data_movement(ddp_group *g, uint64_t count, ddp_dtype t, size_t es, int root) {
     size_t bytes = count * es, all = (size_t)world * bytes;
-    char *buf = malloc(bytes + 1), *big = malloc(all + 1), *mine = malloc(bytes + 1);
+    char *buf = buffer(g, bytes + 1), *big = buffer(g, all + 1), *mine = buffer(g, bytes + 1);
 
     fill_input(buf, rank, count, t);
     if (rank != root)
@@ -253,9 +283,9 @@ static void run_data_movement(ddp_group *g, uint64_t count, ddp_dtype t, size_t 
         check_call(ddp_recv(g, buf, count, t, left, 7), g, "recv tag 7", count, t, -1);
         EXPECT_ELEMENTS("recv tag 7", count, t, -1, count, buf, input_value(left, i, t));
     }
-    free(buf);
-    free(big);
-    free(mine);
+    release(g, buf);
+    release(g, big);
+    release(g, mine);
 }
 
 /* Several all-reduces in flight at once, overlapped with work on this thread. */
@@ -293,6 +323,8 @@ int main(int argc, char **argv) {
             dtypes_arg = argv[i + 1];
         else if (!strcmp(argv[i], "--async"))
             async = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--alloc"))
+            use_alloc = atoi(argv[i + 1]) != 0;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     ddp_group *g;

@@ -3,14 +3,80 @@
  *   coll_fault mismatch-count  rank r all-reduces 1000 + r elements
  *   coll_fault mismatch-kind   rank 0 all-reduces while the others broadcast
  *   coll_fault late            rank 1 never calls the all-reduce rank 0 waits in
+ *   coll_fault bad-offset      rank 0 all-reduces memory from ddp_alloc; rank 1 plays a
+ *                              hostile member: it posts the same call in its own segment's
+ *                              header, its input at an offset beyond its region
+ *   coll_fault bad-region      the same, its input in a region it never shared
+ *   coll_fault alloc-mismatch  rank r asks ddp_alloc for 4096 (r + 1) bytes
  * Prints "first ok" after the first success, and on failure
  * "failed: CODE (TEXT): LAST_ERROR", exiting 3. */
+#define _GNU_SOURCE /* SYS_futex */
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ddp/ddp.h"
+#include "worker/libddp/shm_layout.h"
+
+#define FORGED_COUNT (1u << 20) /* f32: the large algorithm, whose peers read inputs in place */
+
+/* The segments (memfd:ddp-shm) this process maps: its own and its peers'. */
+static int segments(shm_head **heads, int max) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int n = 0;
+    while (f && n < max && fgets(line, sizeof(line), f)) {
+        unsigned long start;
+        if (strstr(line, "/memfd:ddp-shm") && sscanf(line, "%lx-", &start) == 1)
+            heads[n++] = (shm_head *)start;
+    }
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Rank 1 of 2, without calling the all-reduce: once rank 0 has posted its call, posts the
+ * same call in its own header with its input in (region, offset), as the phase rank 0
+ * waits for. Its own segment is the one whose header does not show rank 0's call. */
+static int post_forged_input(int32_t region, uint64_t offset) {
+    shm_head *heads[2], *theirs = NULL, *mine = NULL;
+    if (segments(heads, 2) != 2) {
+        printf("forging: not two segments mapped\n");
+        return -1;
+    }
+    /* the ranks have posted the same phases so far; rank 0 may already have posted one more */
+    uint64_t before = atomic_load(&heads[0]->posted) < atomic_load(&heads[1]->posted) ? atomic_load(&heads[0]->posted)
+                                                                                      : atomic_load(&heads[1]->posted);
+    for (int tries = 0; !theirs && tries < 30000; tries++) { /* 30 s */
+        for (int k = 0; k < 2; k++)
+            if (heads[k]->call.kind == COLL_ALL_REDUCE && heads[k]->call.count == FORGED_COUNT &&
+                atomic_load(&heads[k]->posted) > before) {
+                theirs = heads[k];
+                mine = heads[1 - k];
+            }
+        if (!theirs)
+            usleep(1000);
+    }
+    if (!theirs) {
+        printf("forging: rank 0 never posted its all-reduce\n");
+        return -1;
+    }
+    shm_call forged = theirs->call;
+    forged.region = region;
+    forged.offset = offset;
+    mine->call = forged;
+    uint64_t phase = atomic_load(&theirs->posted);
+    atomic_store(&mine->posted, phase);
+    atomic_store(&mine->word, (uint32_t)phase);
+    syscall(SYS_futex, (uint32_t *)&mine->word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    printf("forged: region %d, offset %llu\n", (int)region, (unsigned long long)offset);
+    return 0;
+}
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "stress";
@@ -40,8 +106,22 @@ int main(int argc, char **argv) {
         r = ddp_all_reduce(g, buf, 1000 + (size_t)rank, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "mismatch-kind")) {
         r = rank == 0 ? ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM) : ddp_broadcast(g, buf, 1000, DDP_F32, 0);
+    } else if (!strcmp(mode, "alloc-mismatch")) {
+        if (!ddp_alloc(g, 4096 * ((size_t)rank + 1)))
+            r = -1;
+    } else if (!strcmp(mode, "bad-offset") || !strcmp(mode, "bad-region")) {
+        float *shared = ddp_alloc(g, FORGED_COUNT * sizeof(float));
+        if (!shared)
+            r = -1;
+        else if (rank == 0)
+            r = ddp_all_reduce(g, shared, FORGED_COUNT, DDP_F32, DDP_SUM);
+        else if (post_forged_input(!strcmp(mode, "bad-region") ? 7 : 0, 4096) == 0)
+            for (int i = 0; i < 20000 && ddp_job_status(g) == 0; i++) /* until rank 0 has gone */
+                usleep(1000);
     }
-    if (r < 0)
+    if (r == -1) /* ddp_alloc's NULL */
+        printf("failed: ddp_alloc: %s\n", ddp_last_error(g));
+    else if (r < 0)
         printf("failed: %d (%s): %s\n", r, ddp_strerror(r), ddp_last_error(g));
     free(buf);
     ddp_finalize(g);

@@ -69,7 +69,7 @@ static int all_reduce_small(comm *c, const coll_args *a, bool to_everyone) {
     int n = c->peers.world, me = c->peers.rank;
     size_t bytes = call->count * dtype_size(call->t);
     bool keeps = to_everyone || me == call->root;
-    TRY(shm_begin(c, s, call));
+    TRY(shm_begin(c, s, call, NULL));
     memcpy(shm_buffer(s, me), a->send, bytes);
     TRY(shm_wait_all(c, s, shm_post(s), call));
     if (keeps) {
@@ -99,34 +99,42 @@ static void reduce_inputs(char *dst, const char *const *in, int n, uint64_t len,
  * owns slice r of the chunk. Each rank copies in only what the others need (their slices
  * of its input), so its own slice's place in its buffer is free: there it reduces its
  * slice, from its own input where it lies and the peers' copies, and the others read the
- * result from there. Every rank's buffer is laid out as the chunk. */
+ * result from there. Every rank's buffer is laid out as the chunk. An input in one of the
+ * rank's regions (ddp_alloc) is not copied in: the peers read their slices of it there. */
 static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
     shm_plane *s = state(c)->plane;
     const comm_call *call = &a->call;
     int n = c->peers.world, me = c->peers.rank;
     size_t es = dtype_size(call->t);
     uint64_t chunk = SHM_CHUNK_BYTES / es;
-    bool keeps = to_everyone || me == call->root;
-    const char **in = state(c)->inputs;
+    bool keeps = to_everyone || me == call->root, shared = false;
+    const char **in = state(c)->inputs, **regions = NULL; /* the peers' inputs where they shared them */
     char *mine = shm_buffer(s, me);
     for (uint64_t off = 0; off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk, lo, hi;
         const char *send = (const char *)a->send + off * es;
-        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call));
-        for (int p = 0; p < n; p++) {
+        if (off == 0) {
+            TRY(shm_begin(c, s, call, a->send));
+            shared = shm_input_shared(s);
+        } else {
+            TRY(shm_wait_free(c, s, call));
+        }
+        for (int p = 0; p < n && !shared; p++) {
             uint64_t plo, phi;
             slice(len, p, n, &plo, &phi);
             if (p != me)
                 memcpy(mine + plo * es, send + plo * es, (phi - plo) * es);
         }
         TRY(shm_wait_all(c, s, shm_post(s), call));
+        if (off == 0)
+            TRY(shm_peer_inputs(c, s, call, &regions));
         slice(len, me, n, &lo, &hi);
         char *recv = (char *)a->recv + off * es;
         /* in blocks that stay in L1, so that the copy to recv reads what was just written */
         for (uint64_t b = lo; b < hi; b += SHM_BLOCK_BYTES / es) {
             uint64_t blen = hi - b < SHM_BLOCK_BYTES / es ? hi - b : SHM_BLOCK_BYTES / es;
             for (int r = 0; r < n; r++)
-                in[r] = (r == me ? send : shm_buffer(s, r)) + b * es;
+                in[r] = r == me ? send + b * es : regions[r] ? regions[r] + (off + b) * es : shm_buffer(s, r) + b * es;
             reduce_inputs(mine + b * es, in, n, blen, call->t, call->op);
             reduce_finish(mine + b * es, blen, call->t, call->op, n);
             if (keeps) /* after the block's reduction: with send == recv, it was one of its inputs */
@@ -138,10 +146,12 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
                 continue;
             uint64_t rlo, rhi;
             slice(len, r, n, &rlo, &rhi);
-            if (keeps) {
+            /* r has read its slice of this rank's input once it posts reduced: only then may
+             * recv, which may be that input, take r's result */
+            if (keeps || shared)
                 TRY(shm_wait(c, s, r, reduced, call));
+            if (keeps)
                 memcpy(recv + rlo * es, shm_buffer(s, r) + rlo * es, (rhi - rlo) * es);
-            }
             /* reads: my slice of r's input, and r's reduced slice; r reads the same of mine */
             bool r_keeps = to_everyone || r == call->root;
             count_both(c, r, (hi - lo + (keeps ? rhi - rlo : 0)) * es, (rhi - rlo + (r_keeps ? hi - lo : 0)) * es);
@@ -162,7 +172,7 @@ static int broadcast(comm *c, const coll_args *a) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         char *buf = (char *)a->recv + off * es;
         /* every rank writes its call; only the root's buffer is written, and read */
-        TRY(off == 0 ? shm_begin(c, s, call) : me == root ? shm_wait_free(c, s, call) : 0);
+        TRY(off == 0 ? shm_begin(c, s, call, NULL) : me == root ? shm_wait_free(c, s, call) : 0);
         if (me == root) {
             memcpy(shm_buffer(s, me), buf, len * es);
             for (int r = 0; r < n; r++)
@@ -193,7 +203,7 @@ static int gather(comm *c, const coll_args *a, bool to_everyone) {
     uint64_t chunk = chunk_elems(call->t, 1);
     for (uint64_t off = 0; off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
-        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call));
+        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call, NULL));
         memcpy(shm_buffer(s, me), (const char *)a->send + off * es, len * es);
         uint64_t given = shm_post(s);
         for (int r = 0; r < n && keeps; r++) {
@@ -221,7 +231,7 @@ static int scatter(comm *c, const coll_args *a) {
     for (uint64_t off = 0; off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         /* every rank writes its call; only the root's buffer is written, and read */
-        TRY(off == 0 ? shm_begin(c, s, call) : me == root ? shm_wait_free(c, s, call) : 0);
+        TRY(off == 0 ? shm_begin(c, s, call, NULL) : me == root ? shm_wait_free(c, s, call) : 0);
         if (me == root) {
             for (int r = 0; r < n; r++)
                 if (r != me) {
@@ -253,7 +263,7 @@ static int reduce_scatter(comm *c, const coll_args *a) {
     uint64_t chunk = chunk_elems(call->t, n);
     for (uint64_t off = 0; off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
-        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call));
+        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call, NULL));
         for (int b = 0; b < n; b++)
             memcpy(shm_buffer(s, me) + (size_t)b * len * es, (const char *)a->send + (size_t)b * bytes + off * es,
                    len * es);
@@ -276,8 +286,7 @@ static int coll_shm_run(comm *c, const coll_args *a) {
     case COLL_ALL_REDUCE:
     case COLL_REDUCE: {
         bool to_everyone = a->call.kind == COLL_ALL_REDUCE;
-        return bytes <= SHM_SMALL_MAX_BYTES ? all_reduce_small(c, a, to_everyone)
-                                            : all_reduce_large(c, a, to_everyone);
+        return bytes <= SHM_SMALL_MAX_BYTES ? all_reduce_small(c, a, to_everyone) : all_reduce_large(c, a, to_everyone);
     }
     case COLL_BROADCAST:
         return broadcast(c, a);
@@ -306,9 +315,19 @@ static void coll_shm_close(comm *c) {
     c->collectives_impl = NULL;
 }
 
+static int coll_shm_alloc(comm *c, size_t bytes, void **ret) {
+    return shm_region_open(c, state(c)->plane, bytes, ret);
+}
+
+static int coll_shm_free(comm *c, void *buf) {
+    return shm_region_close(c, state(c)->plane, buf);
+}
+
 static const comm_collectives coll_shm_table = {
     .name = "shm",
     .run = coll_shm_run,
+    .alloc = coll_shm_alloc,
+    .free = coll_shm_free,
     .close = coll_shm_close,
 };
 

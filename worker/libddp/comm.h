@@ -129,6 +129,10 @@ typedef struct {
 typedef struct {
     const char *name;
     int (*run)(comm *c, const struct coll_args *a);
+    /* ddp_alloc and ddp_free: memory the peers read in place (alloc is a collective of the
+     * job, every rank with the same bytes, in the same order). */
+    int (*alloc)(comm *c, size_t bytes, void **ret);
+    int (*free)(comm *c, void *buf);
     void (*close)(comm *c);
 } comm_collectives;
 

@@ -187,6 +187,9 @@ static void group_free(ddp_group *g) {
     free(g->ps_buckets);
     free(g->ps_push_step);
     free(g->ps_pull_step);
+    for (size_t i = 0; i < g->n_private_buffers; i++)
+        free(g->private_buffers[i]);
+    free(g->private_buffers);
     if (g->zmq_ctx)
         zmq_ctx_term(g->zmq_ctx);
     free(g);

@@ -45,6 +45,11 @@ struct ddp_group {
     struct ddp_request *queue_head, *queue_tail;
     bool comm_busy; /* a request is running on it */
     bool stopping;
+
+    /* ddp_alloc's memory where no peer reads it (ZeroMQ, or a world of one): ddp_free
+     * frees only these, and ddp_finalize what is left */
+    void **private_buffers;
+    size_t n_private_buffers;
 };
 
 /* Records err and its description as the group's last error; returns err. */

@@ -13,36 +13,26 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "worker/libddp/shm_handover.h"
+#include "worker/libddp/shm_layout.h"
 
-#define SHM_HEADER_BYTES 4096
-#define SHM_SEGMENT_BYTES (SHM_HEADER_BYTES + SHM_BUFFER_BYTES)
 #define SHM_SPIN_US 30  /* spin this long before sleeping: a peer on another core is that close */
 #define SHM_SLEEP_MS 20 /* each sleep, at most: the job's end is noticed this soon */
 
-/* The collective a segment's owner is in, as it called it: its peers check theirs against
- * it (a rank that called something else is caught, not fed garbage). */
+/* Memory a caller allocated in shared memory (ddp_alloc): every rank's, of one size. */
 typedef struct {
-    uint64_t seq, count;
-    uint32_t kind, dtype, op;
-    int32_t root;
-} shm_call;
-
-/* What a segment's owner posts; alone on its cache line, as every rank polls it. */
-typedef struct {
-    _Atomic uint64_t posted;   /* the last phase the owner finished */
-    _Atomic uint32_t word;     /* (uint32_t)posted, for FUTEX_WAIT */
-    _Atomic uint32_t sleepers; /* ranks asleep on word */
-    shm_call call;             /* written before the collective's first post: the post publishes it */
-} __attribute__((aligned(64))) shm_head;
-
-_Static_assert(sizeof(shm_head) <= SHM_HEADER_BYTES, "the header fits its page");
+    size_t bytes;
+    char **maps; /* world: rank r's region, mapped here */
+} shm_region;
 
 struct shm_plane {
     int rank, world;
-    char **segments;  /* every rank's, mapped; this rank's own among them */
-    uint64_t phase;   /* the last phase this rank posted */
-    uint64_t release; /* the phase after which no peer reads this rank's buffer */
-    bool crowded;     /* more ranks than CPUs to run them: a waiter yields its CPU as it spins */
+    char **segments;     /* every rank's, mapped; this rank's own among them */
+    uint64_t phase;      /* the last phase this rank posted */
+    uint64_t release;    /* the phase after which no peer reads this rank's buffer */
+    bool crowded;        /* more ranks than CPUs to run them: a waiter yields its CPU as it spins */
+    shm_region *regions; /* by id, in the order the ranks allocated them (bytes 0: freed) */
+    int n_regions;
+    const char **inputs; /* world: the current call's inputs that peers posted in their regions */
 };
 
 static shm_head *head(const shm_plane *s, int r) {
@@ -99,16 +89,100 @@ int shm_wait(comm *c, shm_plane *s, int r, uint64_t target, const comm_call *cal
     return check_call(c, s, r, call);
 }
 
-int shm_begin(comm *c, shm_plane *s, const comm_call *call) {
+/* The region of this rank's that holds [p, p + bytes) whole, by id, and p's offset in it;
+ * -1 where none does. */
+static int region_of(const shm_plane *s, const void *p, size_t bytes, uint64_t *ret_offset) {
+    for (int id = 0; p && id < s->n_regions; id++) {
+        const shm_region *g = &s->regions[id];
+        const char *base = g->maps ? g->maps[s->rank] : NULL;
+        if (base && (const char *)p >= base && (size_t)((const char *)p - base) <= g->bytes &&
+            bytes <= g->bytes - (size_t)((const char *)p - base)) {
+            *ret_offset = (uint64_t)((const char *)p - base);
+            return id;
+        }
+    }
+    return -1;
+}
+
+int shm_begin(comm *c, shm_plane *s, const comm_call *call, const void *input) {
     TRY(shm_wait_free(c, s, call)); /* every peer is done with the last collective, its check included */
+    uint64_t offset = 0;
+    int region = region_of(s, input, call->count * dtype_size(call->t), &offset);
     shm_call *mine = &head(s, s->rank)->call;
     *mine = (shm_call){.seq = call->seq,
                        .count = call->count,
                        .kind = (uint32_t)call->kind,
                        .dtype = (uint32_t)call->t,
                        .op = (uint32_t)call->op,
-                       .root = call->root};
+                       .root = call->root,
+                       .region = region,
+                       .offset = offset};
     return 0;
+}
+
+bool shm_input_shared(const shm_plane *s) {
+    return head(s, s->rank)->call.region >= 0;
+}
+
+int shm_peer_inputs(comm *c, shm_plane *s, const comm_call *call, const char ***ret) {
+    uint64_t bytes = call->count * dtype_size(call->t);
+    for (int r = 0; r < s->world; r++) {
+        s->inputs[r] = NULL;
+        if (r == s->rank)
+            continue;
+        /* read once: the peer could change it under us */
+        volatile const shm_call *theirs = &head(s, r)->call;
+        int32_t region = theirs->region;
+        uint64_t offset = theirs->offset;
+        if (region < 0)
+            continue;
+        if (region >= s->n_regions || !s->regions[region].maps)
+            return comm_fail(c, -EPROTO,
+                             "%s #%llu: rank %d posted its input in region %d, which it never shared: refused",
+                             coll_kind_name(call->kind), (unsigned long long)call->seq, r, (int)region);
+        size_t size = s->regions[region].bytes;
+        if (offset > size || bytes > size - offset)
+            return comm_fail(c, -EPROTO,
+                             "%s #%llu: rank %d posted its input at bytes %llu..%llu of region %d, which is %zu bytes: "
+                             "outside what it shared, refused",
+                             coll_kind_name(call->kind), (unsigned long long)call->seq, r, (unsigned long long)offset,
+                             (unsigned long long)(offset + bytes), (int)region, size);
+        s->inputs[r] = s->regions[region].maps[r] + offset;
+    }
+    *ret = s->inputs;
+    return 0;
+}
+
+int shm_region_open(comm *c, shm_plane *s, size_t bytes, void **ret) {
+    shm_region *grown = realloc(s->regions, (size_t)(s->n_regions + 1) * sizeof(*grown));
+    if (!grown)
+        return comm_fail(c, -ENOMEM, "out of memory");
+    s->regions = grown;
+    shm_region *g = &s->regions[s->n_regions];
+    *g = (shm_region){.bytes = bytes, .maps = calloc((size_t)s->world, sizeof(char *))};
+    if (!g->maps)
+        return comm_fail(c, -ENOMEM, "out of memory");
+    int r = shm_handover(c, "ddp-buffer", bytes, g->maps);
+    if (r < 0) {
+        free(g->maps);
+        return r;
+    }
+    s->n_regions++;
+    *ret = g->maps[s->rank];
+    return 0;
+}
+
+int shm_region_close(comm *c, shm_plane *s, void *base) {
+    for (int id = 0; base && id < s->n_regions; id++) {
+        shm_region *g = &s->regions[id];
+        if (g->maps && g->maps[s->rank] == base) {
+            shm_unmap_all(g->maps, s->world, g->bytes);
+            free(g->maps);
+            g->maps = NULL; /* the id stays taken: every rank numbers its regions alike */
+            return 0;
+        }
+    }
+    return comm_fail(c, -EINVAL, "ddp_free: %p is not memory ddp_alloc gave", base);
 }
 
 static int wait_phase(comm *c, shm_plane *s, int r, uint64_t target, const comm_call *call) {
@@ -165,6 +239,13 @@ void shm_close_plane(shm_plane *s) {
     if (s->segments)
         shm_unmap_all(s->segments, s->world, SHM_SEGMENT_BYTES);
     free(s->segments);
+    for (int id = 0; id < s->n_regions; id++)
+        if (s->regions[id].maps) {
+            shm_unmap_all(s->regions[id].maps, s->world, s->regions[id].bytes);
+            free(s->regions[id].maps);
+        }
+    free(s->regions);
+    free((void *)s->inputs);
     free(s);
 }
 
@@ -177,7 +258,8 @@ int shm_open_plane(comm *c, shm_plane **ret) {
     cpu_set_t cpus;
     s->crowded = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < s->world;
     s->segments = calloc((size_t)s->world, sizeof(char *));
-    int r = s->segments ? shm_handover(c, "ddp-shm", SHM_SEGMENT_BYTES, s->segments) : -ENOMEM;
+    s->inputs = calloc((size_t)s->world, sizeof(char *));
+    int r = s->segments && s->inputs ? shm_handover(c, "ddp-shm", SHM_SEGMENT_BYTES, s->segments) : -ENOMEM;
     if (r < 0) {
         if (r == -ENOMEM)
             comm_fail(c, r, "out of memory");

@@ -30,8 +30,25 @@ char *shm_buffer(const shm_plane *s, int r);
  * order, so a peer that has finished it has posted the same number. */
 uint64_t shm_post(shm_plane *s);
 /* Starts a collective: every peer is done with this rank's buffer (shm_wait_free), and
- * this rank's call is written where its peers check theirs against it. */
-int shm_begin(comm *c, shm_plane *s, const comm_call *call);
+ * this rank's call is written where its peers check theirs against it, with where input
+ * lies when it is in one of this rank's regions (the peers may read it there; NULL: they
+ * do not read it). */
+int shm_begin(comm *c, shm_plane *s, const comm_call *call, const void *input);
+/* Whether the current call's input is in one of this rank's regions: the peers read it
+ * there, so it need not be copied in. */
+bool shm_input_shared(const shm_plane *s);
+/* Once every peer has posted the call's first phase: where each peer's input lies in its
+ * region (NULL for this rank, and for a peer that copied it into its staging buffer), each
+ * checked against what the peer shared: a region it never shared, or bytes beyond its
+ * end, are refused (-EPROTO), never read. */
+int shm_peer_inputs(comm *c, shm_plane *s, const comm_call *call, const char ***ret);
+
+/* ddp_alloc and ddp_free over shared memory: collectives of the job, every rank with the
+ * same bytes, in the same order. A region is a segment from every rank (shm_handover.h);
+ * *ret is this rank's. */
+int shm_region_open(comm *c, shm_plane *s, size_t bytes, void **ret);
+/* -EINVAL when base is not a region's. */
+int shm_region_close(comm *c, shm_plane *s, void *base);
 /* Waits until rank r has posted phase target of the current collective: spins a little,
  * then sleeps on r's futex; ends with an error at the job's end or the call's deadline,
  * naming r, or when r called another collective (-EINVAL, saying which). */

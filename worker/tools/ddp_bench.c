@@ -35,6 +35,7 @@ typedef struct {
     int iters, warmup;
     bool check;
     bool json;
+    bool alloc;
     char *coordinator;
     bool help, version;
 } bench_options;
@@ -58,6 +59,8 @@ static const config_option bench_table[] = {
     {"warmup", CONFIG_INT, 0, 1000, "3", offsetof(bench_options, warmup), "untimed iterations first", "W"},
     {"check", CONFIG_BOOL, 0, 1, NULL, offsetof(bench_options, check), "verify every result (#wrong column)"},
     {"json", CONFIG_BOOL, 0, 1, NULL, offsetof(bench_options, json), "print JSON instead of a table"},
+    {"alloc", CONFIG_BOOL, 0, 1, NULL, offsetof(bench_options, alloc),
+     "buffers from ddp_alloc: over shared memory the peers read the inputs in place"},
     {"coordinator", CONFIG_STRING, 1, 256, NULL, offsetof(bench_options, coordinator),
      "use this ddpd instead of a private one", "EP"},
     {"version", CONFIG_BOOL, 0, 1, NULL, offsetof(bench_options, version), "print the version and exit", NULL, NULL,
@@ -221,8 +224,8 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
     int n = c.world;
     bool per_rank_total = kind == B_ALL_GATHER || kind == B_REDUCE_SCATTER; /* size is all ranks' data */
     size_t alloc = (size_t)max_bytes + (size_t)n * c.es;
-    c.send = calloc(1, alloc);
-    c.recv = calloc(1, alloc);
+    c.send = o->alloc ? ddp_alloc(g, alloc) : calloc(1, alloc);
+    c.recv = o->alloc ? ddp_alloc(g, alloc) : calloc(1, alloc);
     /* Every rank must have its buffers, or none goes on: a rank without them would leave
      * the others waiting in the first collective. */
     int32_t have = c.send && c.recv;
@@ -318,8 +321,13 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
         fprintf(out, "\n], \"avg_busbw_gbps\": %.4f}\n", rows ? bus_sum / rows : 0);
     if (out)
         fclose(out);
-    free(c.send);
-    free(c.recv);
+    if (o->alloc) { /* ddp_finalize would free them too */
+        ddp_free(g, c.send);
+        ddp_free(g, c.recv);
+    } else {
+        free(c.send);
+        free(c.recv);
+    }
     ddp_finalize(g);
     return r < 0 ? 1 : 0;
 }

@@ -34,31 +34,30 @@ typedef enum { DDP_SUM, DDP_PROD, DDP_MIN, DDP_MAX, DDP_AVG } ddp_op;
 /* Start from DDP_OPTIONS_INIT (or ddp_options_init()): a field left unset is taken from
  * the environment, as torchrun sets it, then from the default. */
 typedef struct ddp_options {
-    size_t size;                          /* sizeof(ddp_options) where the caller was compiled, as
-                                             DDP_OPTIONS_INIT sets it: a later libddp with more fields
-                                             knows which of them the caller has; an earlier one refuses
-                                             a size it does not know (-EINVAL) rather than ignore them */
-    const char *coordinator;              /* ddpd's endpoint; unset: $DDP_COORDINATOR, else
-                                             tcp://$MASTER_ADDR:$MASTER_PORT, else tcp://127.0.0.1:29500 */
-    const char *job;                      /* job name; unset: $DDP_JOB, else "default" */
-    int world_size;                       /* > 0; unset (0): $WORLD_SIZE, required */
-    int rank;                             /* >= 0; unset (-1): $RANK, else ddpd assigns one */
-    int local_rank;                       /* rank on this host; unset (-1): $LOCAL_RANK, else 0 */
-    int timeout_ms;                       /* each barrier or collective; unset (0): $DDP_TIMEOUT_MS, else 60000 */
-    int join_timeout_ms;                  /* until the job forms; unset (0): $DDP_JOIN_TIMEOUT_MS, else 300000 */
-    int connect_timeout_ms;               /* until ddpd first answers; unset (0): $DDP_CONNECT_TIMEOUT_MS, else 10000 */
-    const char *mode;                     /* sync mode every member must agree on; unset: "" */
-    const char *data_endpoint;            /* where this process listens for peers; unset: $DDP_DATA_ENDPOINT,
-                                             else tcp://127.0.0.1:* */
-    const char *transport;                /* the collectives' path: "auto" (shared memory when every rank is
-                                             on this host, else ZeroMQ), "shm" or "zmq" (point-to-point is
-                                             always ZeroMQ); unset: $DDP_TRANSPORT, else "auto" */
+    size_t size;               /* sizeof(ddp_options) where the caller was compiled, as
+                                  DDP_OPTIONS_INIT sets it: a later libddp with more fields
+                                  knows which of them the caller has; an earlier one refuses
+                                  a size it does not know (-EINVAL) rather than ignore them */
+    const char *coordinator;   /* ddpd's endpoint; unset: $DDP_COORDINATOR, else
+                                  tcp://$MASTER_ADDR:$MASTER_PORT, else tcp://127.0.0.1:29500 */
+    const char *job;           /* job name; unset: $DDP_JOB, else "default" */
+    int world_size;            /* > 0; unset (0): $WORLD_SIZE, required */
+    int rank;                  /* >= 0; unset (-1): $RANK, else ddpd assigns one */
+    int local_rank;            /* rank on this host; unset (-1): $LOCAL_RANK, else 0 */
+    int timeout_ms;            /* each barrier or collective; unset (0): $DDP_TIMEOUT_MS, else 60000 */
+    int join_timeout_ms;       /* until the job forms; unset (0): $DDP_JOIN_TIMEOUT_MS, else 300000 */
+    int connect_timeout_ms;    /* until ddpd first answers; unset (0): $DDP_CONNECT_TIMEOUT_MS, else 10000 */
+    const char *mode;          /* sync mode every member must agree on; unset: "" */
+    const char *data_endpoint; /* where this process listens for peers; unset: $DDP_DATA_ENDPOINT,
+                                  else tcp://127.0.0.1:* */
+    const char *transport;     /* the collectives' path: "auto" (shared memory when every rank is
+                                  on this host, else ZeroMQ), "shm" or "zmq" (point-to-point is
+                                  always ZeroMQ); unset: $DDP_TRANSPORT, else "auto" */
     const unsigned long long *ps_buckets; /* mode "ps": elements of each gradient bucket */
     size_t n_ps_buckets;
 } ddp_options;
 
-#define DDP_OPTIONS_INIT                                                                                               \
-    { .size = sizeof(ddp_options), .rank = -1, .local_rank = -1 }
+#define DDP_OPTIONS_INIT {.size = sizeof(ddp_options), .rank = -1, .local_rank = -1}
 void ddp_options_init(ddp_options *opts);
 
 /* Joins the job and waits until it forms. opts may be NULL: everything from the

@@ -1,7 +1,7 @@
 #!/bin/sh
 # All-reduce beside OpenMPI (shared memory), torch.distributed's gloo and the machine's
 # floor, in one run on one machine: for each world, the peers and ddp-bench (over shared
-# memory, and over ZeroMQ) take turns, ROUNDS times each; each figure is the best and the
+# memory, from malloc'd buffers and from ddp_alloc's, and over ZeroMQ) take turns, ROUNDS times each; each figure is the best and the
 # median of its rounds (the machine is shared and noisy: best-of is fair to all, the
 # median says how noisy it was).
 #
@@ -30,8 +30,8 @@ mpi() { # world: rows "bytes time_us busbw"
 gloo() {
   /usr/bin/python3 "$anchors/gloo_allreduce.py" "$1" 2>/dev/null | awk '!/^#/ { print $1, $2, $4 }'
 }
-ddp() { # world transport
-  DDP_TRANSPORT=$2 "$build/bin/ddp-bench" all_reduce -n "$1" -b 4 -e 64M -f 4 | awk '!/^#/ { print $1, $6, $8 }'
+ddp() { # world transport [--alloc]
+  DDP_TRANSPORT=$2 "$build/bin/ddp-bench" all_reduce -n "$1" -b 4 -e 64M -f 4 ${3:-} | awk '!/^#/ { print $1, $6, $8 }'
 }
 floor() {
   "$out/shm_limit" | awk '!/^#/ { print $1, $2, $3 }'
@@ -42,6 +42,7 @@ for world in $worlds; do
   for i in $(seq "$rounds"); do # alternating: each tool once a round
     mpi "$world" | sed 's/^/mpi /' >> "$out/rows"
     ddp "$world" shm | sed 's/^/shm /' >> "$out/rows"
+    ddp "$world" shm --alloc | sed 's/^/alloc /' >> "$out/rows"
     gloo "$world" | sed 's/^/gloo /' >> "$out/rows"
     ddp "$world" zmq | sed 's/^/zmq /' >> "$out/rows"
     if [ "$world" = 2 ]; then floor | sed 's/^/floor /' >> "$out/rows"; fi
@@ -66,15 +67,16 @@ for world in $worlds; do
     }
     END {
       printf "\n# all_reduce f32 sum, world %d, %d rounds alternating; each cell best/median\n", world, rounds
-      printf "| bytes | OpenMPI us | ddp shm us | ddp zmq us | gloo us | floor us | OpenMPI busbw | ddp shm busbw | floor busbw | shm/MPI time | MPI/shm time (busbw x) | shm/floor time |\n"
-      printf "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+      printf "| bytes | OpenMPI us | ddp shm us | ddp alloc us | ddp zmq us | gloo us | floor us | OpenMPI busbw | ddp shm busbw | ddp alloc busbw | floor busbw | shm/MPI time | MPI/shm time (busbw x) | MPI/alloc time | shm/floor time |\n"
+      printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
       n = 0; for (s in sizes) list[++n] = s + 0
       for (i = 2; i <= n; i++) for (j = i; j > 1 && list[j-1] > list[j]; j--) { t = list[j]; list[j] = list[j-1]; list[j-1] = t }
       for (i = 1; i <= n; i++) {
         s = list[i]
-        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s, cell("mpi", s, "t"), cell("shm", s, "t"),
-          cell("zmq", s, "t"), cell("gloo", s, "t"), cell("floor", s, "t"), cell("mpi", s, "b"), cell("shm", s, "b"),
-          cell("floor", s, "b"), ratio("shm", "mpi", s), ratio("mpi", "shm", s), ratio("shm", "floor", s)
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s, cell("mpi", s, "t"),
+          cell("shm", s, "t"), cell("alloc", s, "t"), cell("zmq", s, "t"), cell("gloo", s, "t"), cell("floor", s, "t"),
+          cell("mpi", s, "b"), cell("shm", s, "b"), cell("alloc", s, "b"), cell("floor", s, "b"), ratio("shm", "mpi", s),
+          ratio("mpi", "shm", s), ratio("mpi", "alloc", s), ratio("shm", "floor", s)
       }
       print "# busbw in GB/s. shm/MPI time: lower is better (goal, world 2: at most 3 from 4 B to 4 KiB);"
       print "# MPI/shm time is the busbw ratio (goal, world 2: at least 1.5 from 64 KiB to 64 MiB; world 4: at least 1 from 1 MiB)."

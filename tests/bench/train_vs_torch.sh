@@ -44,6 +44,7 @@ for i in $(seq "$rounds"); do
 e = [x for x in map(json.loads, open(sys.argv[1])) if x["type"] == "epoch"][-1]  # comm ms a step, whole run
 print("%.4f" % (e["comm_s"] / e["step"] * 1000))' "$out/m.jsonl" >> "$out/comm_ms"
   "$build/bin/ddp-bench" all_reduce -n 2 -b $((params * 4)) -e $((params * 4)) | awk '!/^#/ { printf "%.4f\n", $6 / 1000 }' >> "$out/bench_ms"
+  "$build/bin/ddp-bench" all_reduce -n 2 -b $((params * 4)) -e $((params * 4)) --alloc | awk '!/^#/ { printf "%.4f\n", $6 / 1000 }' >> "$out/alloc_ms"
   theirs 2 mlp 1 ddp >> "$out/torch2"
   ours 2 mlp 1 dp >> "$out/dp"
   ours 2 mlp 1 ps >> "$out/ps"
@@ -51,7 +52,7 @@ done
 for f in ours1 torch1 ddp torch2 dp ps; do field samples_per_s < "$out/$f" | stats > "$out/$f.s"; done
 o1=$(cat "$out/ours1.s"); t1=$(cat "$out/torch1.s"); d=$(cat "$out/ddp.s"); t2=$(cat "$out/torch2.s")
 dp=$(cat "$out/dp.s"); ps=$(cat "$out/ps.s")
-comm=$(stats min < "$out/comm_ms"); bench=$(stats min < "$out/bench_ms")
+comm=$(stats min < "$out/comm_ms"); bench=$(stats min < "$out/bench_ms"); alloc=$(stats min < "$out/alloc_ms")
 
 # accuracy: linear 10 epochs and mlp 5 epochs, 2 workers
 la=$(ours 2 linear 10 ddp | field test_acc)
@@ -72,7 +73,8 @@ echo "| all-reduce of $((params * 4)) bytes, world 2 | ms (best/median) |"
 echo "|---|---|"
 echo "| inside ddp training (comm_s / steps, rank 0) | $comm |"
 echo "| ddp-bench, same size, same run | $bench |"
-echo "| ratio of the bests | $(ratio "$(echo "$comm" | first)" "$(echo "$bench" | first)") |"
+echo "| ddp-bench --alloc (the input in place, as training's), same size | $alloc |"
+echo "| training / ddp-bench, the bests | $(ratio "$(echo "$comm" | first)" "$(echo "$bench" | first)") |"
 echo
 echo "| accuracy, 2 workers | ddp-worker | PyTorch |"
 echo "|---|---|---|"

@@ -155,7 +155,10 @@ void model_close(model *m) {
     for (int i = 0; i < m->n_stages; i++) {
         const model_stage *st = &m->stages[i];
         stage_release(st, st->params, st->count);
-        stage_release(st, st->grads, st->count);
+        if (m->grads_lent)
+            backend_count_release(&st->b->memory, st->count * sizeof(float));
+        else
+            stage_release(st, st->grads, st->count);
         stage_release(st, st->velocity, st->count);
         stage_release(st, st->dacts[0], a);
         stage_release(st, st->dacts[1], a);
@@ -270,6 +273,18 @@ float *model_block_at(const model *m, model_block which, size_t offset, backend 
         *ret_b = st->b;
     float *block = stage_block(st, which);
     return block ? block + (offset - st->offset) : NULL;
+}
+
+int model_lend_grads(model *m, float *block) {
+    model_stage *st = &m->stages[0];
+    if (m->n_stages != 1 || !st->b->ops->host_memory || m->grads_lent)
+        return -EINVAL;
+    memcpy(block, st->grads, st->count * sizeof(float));
+    stage_release(st, st->grads, st->count);
+    backend_count_alloc(&st->b->memory, st->count * sizeof(float));
+    st->grads = m->grads = block;
+    m->grads_lent = true;
+    return 0;
 }
 
 void model_zero_grads(model *m) {

@@ -59,6 +59,19 @@ static void ddp_join(ddp_options *join, const bucket_plan *buckets, bool split) 
         join->mode = "ddp-split";
 }
 
+/* The gradient block in memory the peers read in place (ddp_alloc: over shared memory the
+ * all-reduce skips copying it in). Every rank allocates it, a collective, though only a
+ * model on the host computes into it; it goes with the group, after the model. */
+static int place_grads(const sync_ctx *c) {
+    float *block = ddp_alloc(c->g, c->m->spec.n_params * sizeof(float));
+    if (!block)
+        return sync_fail(c, ddp_job_status(c->g) ? ddp_job_status(c->g) : -ENOMEM, "placing the gradients: %s",
+                         ddp_last_error(c->g));
+    if (c->staging->direct)
+        model_lend_grads(c->m, block);
+    return 0;
+}
+
 static void ddp_close(void *state) {
     free(state);
 }
@@ -76,6 +89,8 @@ static int ddp_open(const sync_ctx *c, void **ret_state) {
         staging_block_unwire(c->staging, MODEL_PARAMS, params);
     if (r == 0 && c->device_all_reduce)
         r = peer_setup(s);
+    else if (r == 0)
+        r = place_grads(c);
     if (r < 0) {
         ddp_close(s);
         return r;

@@ -1,9 +1,9 @@
 #!/bin/sh
 # All-reduce beside OpenMPI (shared memory), torch.distributed's gloo and the machine's
 # floor, in one run on one machine: for each world, the peers and ddp-bench (over shared
-# memory, from malloc'd buffers and from ddp_alloc's, and over ZeroMQ) take turns, ROUNDS times each; each figure is the best and the
-# median of its rounds (the machine is shared and noisy: best-of is fair to all, the
-# median says how noisy it was).
+# memory, from malloc'd buffers and from ddp_alloc's, and over ZeroMQ) take turns, ROUNDS
+# times each; each figure is the best and the median of its rounds (the machine is shared
+# and noisy: best-of is fair to all, the median says how noisy it was).
 #
 #   tests/bench/allreduce_vs_mpi.sh BUILD_DIR [ROUNDS] [WORLDS] [ANCHORS_DIR]
 #

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "tests/check_main.h"
-#include "worker/libddp/shm_segment.h"
+#include "common/shm_segment.h"
 
 #define BYTES (64 * 1024)
 

@@ -1,4 +1,4 @@
-#define _GNU_SOURCE /* SO_PEERCRED, struct ucred */
+#define _GNU_SOURCE /* accept4 */
 #include "worker/libddp/shm_handover.h"
 
 #include <errno.h>
@@ -7,95 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "worker/libddp/shm_segment.h"
+#include "common/fd_socket.h"
+#include "common/shm_segment.h"
 
-#define SHM_NAME_BYTES 40 /* "ddp-shm-" and 32 hex digits, in the abstract namespace */
 #define TAG_SHM_NAME (-4) /* the data plane's own tag: where to fetch a rank's segment */
-
-/* The kernel's word on who is at the other end of a Unix socket. */
-static int peer_credentials(int fd, struct ucred *ret) {
-    socklen_t len = sizeof(*ret);
-    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, ret, &len) < 0 ? -errno : 0;
-}
 
 /* A segment a peer handed over, mapped once it is what every rank makes. */
 static int map_segment(comm *c, int fd, size_t bytes, int r, char **ret) {
     char why[128];
     int err = shm_segment_map(fd, bytes, ret, why, sizeof(why));
     return err < 0 ? comm_fail(c, err, "rank %d handed over a segment that is refused: %s", r, why) : 0;
-}
-
-static int send_fd(int sock, int fd, int32_t rank) {
-    char control[CMSG_SPACE(sizeof(int))] = {0};
-    struct iovec iov = {&rank, sizeof(rank)};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof(control)};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    return sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof(rank) ? 0 : -errno;
-}
-
-/* One message with one descriptor, within the deadline; the sender's rank in *ret_rank. */
-static int recv_fd(int sock, uint64_t deadline_ms, int *ret_fd, int32_t *ret_rank) {
-    struct pollfd pfd = {.fd = sock, .events = POLLIN};
-    int n = poll(&pfd, 1, clock_ms_until(deadline_ms));
-    if (n <= 0)
-        return n == 0 ? -ETIMEDOUT : -errno;
-    char control[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {ret_rank, sizeof(*ret_rank)};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof(control)};
-    ssize_t got = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    struct cmsghdr *cm = got == (ssize_t)sizeof(*ret_rank) ? CMSG_FIRSTHDR(&msg) : NULL;
-    if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
-        return got < 0 ? -errno : -EPROTO;
-    memcpy(ret_fd, CMSG_DATA(cm), sizeof(int));
-    return 0;
-}
-
-/* An abstract Unix socket under a random name, listening for the peers. */
-static int listen_random(char name[SHM_NAME_BYTES], int backlog, int *ret_sock) {
-    unsigned char bytes[16];
-    if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
-        return -errno;
-    int k = snprintf(name, SHM_NAME_BYTES, "ddp-shm-");
-    for (size_t i = 0; i < sizeof(bytes); i++)
-        k += snprintf(name + k, SHM_NAME_BYTES - (size_t)k, "%02x", bytes[i]);
-    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    memcpy(addr.sun_path + 1, name, strlen(name)); /* sun_path[0] = 0: abstract, no file */
-    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
-    if (sock < 0 || bind(sock, (struct sockaddr *)&addr, len) < 0 || listen(sock, backlog) < 0) {
-        int r = -errno;
-        if (sock >= 0)
-            close(sock);
-        return r;
-    }
-    *ret_sock = sock;
-    return 0;
-}
-
-static int connect_name(const char *name, int *ret_sock) {
-    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    size_t n = strnlen(name, SHM_NAME_BYTES - 1);
-    memcpy(addr.sun_path + 1, name, n);
-    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-    if (sock < 0 || connect(sock, (struct sockaddr *)&addr, len) < 0) {
-        int r = -errno;
-        if (sock >= 0)
-            close(sock);
-        return r;
-    }
-    *ret_sock = sock;
-    return 0;
 }
 
 /* The exchange: every rank listens under a random name and tells every peer that name
@@ -105,21 +30,21 @@ static int connect_name(const char *name, int *ret_sock) {
  * Welcome: the same user, the pid of the rank it should be. */
 static int exchange(comm *c, int fd, size_t bytes, char **maps, uint64_t deadline_ms) {
     int n = c->peers.world, me = c->peers.rank, listener = -1, r;
-    char name[SHM_NAME_BYTES] = {0};
+    char name[FD_SOCKET_NAME_BYTES] = {0};
     int *to = malloc((size_t)n * sizeof(int)); /* connected to rank p, to fetch its segment */
     if (!to)
         return comm_fail(c, -ENOMEM, "out of memory");
     for (int p = 0; p < n; p++)
         to[p] = -1;
-    if ((r = listen_random(name, n, &listener)) < 0) {
+    if ((r = fd_socket_listen("ddp-shm-", name, n, &listener)) < 0) {
         comm_fail(c, r, "cannot listen for the peers' shared memory: %s", strerror(-r));
         goto out;
     }
-    comm_call call = {.kind = COLL_SEND, .t = DTYPE_U8, .count = SHM_NAME_BYTES, .deadline_ms = deadline_ms};
+    comm_call call = {.kind = COLL_SEND, .t = DTYPE_U8, .count = FD_SOCKET_NAME_BYTES, .deadline_ms = deadline_ms};
     for (int p = 0; p < n && r == 0; p++)
         if (p != me) {
             call.root = p;
-            r = comm_send(c, p, &call, TAG_SHM_NAME, 0, name, SHM_NAME_BYTES, false);
+            r = comm_send(c, p, &call, TAG_SHM_NAME, 0, name, FD_SOCKET_NAME_BYTES, false);
         }
     uid_t uid = getuid();
     for (int p = 0; p < n && r == 0; p++) {
@@ -127,14 +52,14 @@ static int exchange(comm *c, int fd, size_t bytes, char **maps, uint64_t deadlin
             continue;
         comm_frame *f = NULL;
         call.root = p;
-        char theirs[SHM_NAME_BYTES];
+        char theirs[FD_SOCKET_NAME_BYTES];
         if ((r = comm_recv(c, p, &call, TAG_SHM_NAME, &f)) < 0)
             break;
-        memcpy(theirs, f->data, SHM_NAME_BYTES);
+        memcpy(theirs, f->data, FD_SOCKET_NAME_BYTES);
         comm_frame_free(c, f);
-        theirs[SHM_NAME_BYTES - 1] = '\0';
-        struct ucred cred;
-        if ((r = connect_name(theirs, &to[p])) < 0 || (r = peer_credentials(to[p], &cred)) < 0) {
+        theirs[FD_SOCKET_NAME_BYTES - 1] = '\0';
+        fd_peer cred;
+        if ((r = fd_socket_connect(theirs, &to[p])) < 0 || (r = fd_socket_peer(to[p], &cred)) < 0) {
             comm_fail(c, r, "cannot reach rank %d's shared memory: %s", p, strerror(-r));
             break;
         }
@@ -151,8 +76,8 @@ static int exchange(comm *c, int fd, size_t bytes, char **maps, uint64_t deadlin
         struct pollfd pfd = {.fd = listener, .events = POLLIN};
         int ready = poll(&pfd, 1, clock_ms_until(deadline_ms));
         int sock = ready > 0 ? accept4(listener, NULL, NULL, SOCK_CLOEXEC) : -1;
-        struct ucred cred;
-        if (sock < 0 || (r = peer_credentials(sock, &cred)) < 0) {
+        fd_peer cred;
+        if (sock < 0 || (r = fd_socket_peer(sock, &cred)) < 0) {
             r = ready == 0 ? -ETIMEDOUT : r < 0 ? r : -errno;
             comm_fail(c, r, "waiting for the peers to fetch this rank's shared memory: %s", strerror(-r));
             if (sock >= 0)
@@ -167,7 +92,7 @@ static int exchange(comm *c, int fd, size_t bytes, char **maps, uint64_t deadlin
             r = comm_fail(c, -EPERM,
                           "pid %d of uid %u asked for this rank's shared memory; it is not in the job: refused",
                           (int)cred.pid, (unsigned)cred.uid);
-        else if ((r = send_fd(sock, fd, me)) < 0)
+        else if ((r = fd_socket_send(sock, fd, me)) < 0)
             comm_fail(c, r, "cannot hand rank %d this rank's shared memory: %s", from, strerror(-r));
         close(sock);
     }
@@ -176,7 +101,7 @@ static int exchange(comm *c, int fd, size_t bytes, char **maps, uint64_t deadlin
             continue;
         int got = -1;
         int32_t said = -1;
-        if ((r = recv_fd(to[p], deadline_ms, &got, &said)) < 0) {
+        if ((r = fd_socket_recv(to[p], deadline_ms, &got, &said)) < 0) {
             comm_fail(c, r, "rank %d did not hand over its shared memory: %s", p, strerror(-r));
             break;
         }

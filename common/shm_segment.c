@@ -1,5 +1,5 @@
 #define _GNU_SOURCE /* memfd_create, the F_SEAL_* flags */
-#include "worker/libddp/shm_segment.h"
+#include "common/shm_segment.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/fd_socket.h"
 
 /* Per message type: the body it must carry, whether it names a job, its payload frames. */
 static const struct {
@@ -300,6 +301,7 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
               "welcome: %zu pids and %zu hosts for world size %u", w->n_pids, w->n_hosts, w->world_size);
         for (size_t i = 0; i < w->n_hosts; i++)
             CHECK(wire_text_valid(w->hosts[i], DDP_MAX_HOST, false), "welcome: invalid host %zu", i);
+        CHECK(wire_text_valid(w->ps_socket, FD_SOCKET_NAME_BYTES - 1, true), "welcome: invalid ps socket");
         CHECK(w->heartbeat_ms >= DDP_MIN_HEARTBEAT_MS && w->heartbeat_ms <= DDP_MAX_HEARTBEAT_MS,
               "welcome: heartbeat %u ms out of range", w->heartbeat_ms);
         CHECK(w->liveness >= 1 && w->liveness <= DDP_MAX_LIVENESS, "welcome: liveness %u out of range", w->liveness);
@@ -407,7 +409,11 @@ int wire_validate(const Ddp__Envelope *env, size_t n_payload, char *err, size_t 
         CHECK(wire_name_valid(env->job, DDP_MAX_JOB_NAME), "%s: invalid job name (1-%d of [A-Za-z0-9._-])",
               wire_types[env->type].name, DDP_MAX_JOB_NAME);
     CHECK(env->rank >= -1 && env->rank < DDP_MAX_WORLD_SIZE, "rank %d out of range", env->rank);
-    CHECK(n_payload == wire_types[env->type].payload_frames, "%s message with %zu payload frames, not %zu",
-          wire_types[env->type].name, n_payload, wire_types[env->type].payload_frames);
+    size_t frames = wire_types[env->type].payload_frames;
+    if ((env->type == DDP__MSG_TYPE__GRAD_PUSH && env->grad_push->shared) ||
+        (env->type == DDP__MSG_TYPE__GRAD_AVG && env->grad_avg->shared))
+        frames = 0; /* the gradients are in shared memory */
+    CHECK(n_payload == frames, "%s message with %zu payload frames, not %zu", wire_types[env->type].name, n_payload,
+          frames);
     return wire_validate_body(env, err, err_size);
 }

@@ -114,13 +114,20 @@ int main(int argc, char **argv) {
 
     uint64_t next_tick = clock_now_ms();
     while (!stop_signal) {
-        zmq_pollitem_t item = {.socket = s.router, .events = ZMQ_POLLIN};
-        int rc = zmq_poll(&item, 1, clock_ms_until(next_tick));
+        zmq_pollitem_t items[1 + DDP_MAX_JOBS] = {{.socket = s.router, .events = ZMQ_POLLIN}};
+        int fds[DDP_MAX_JOBS];
+        size_t n_fds = server_poll_fds(&s, fds, DDP_MAX_JOBS);
+        for (size_t i = 0; i < n_fds; i++)
+            items[1 + i] = (zmq_pollitem_t){.fd = fds[i], .events = ZMQ_POLLIN};
+        int rc = zmq_poll(items, (int)(1 + n_fds), clock_ms_until(next_tick));
         if (rc < 0 && zmq_errno() != EINTR) {
             log_error("zmq_poll failed: %s", zmq_strerror(zmq_errno()));
             break;
         }
-        if (rc > 0)
+        for (size_t i = 0; rc > 0 && i < n_fds; i++)
+            if (items[1 + i].revents & ZMQ_POLLIN)
+                server_on_fd(&s, fds[i]);
+        if (rc > 0 && (items[0].revents & ZMQ_POLLIN))
             server_dispatch(&s);
         uint64_t now = clock_now_ms();
         if (now >= next_tick) {

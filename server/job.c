@@ -23,6 +23,7 @@ job *job_new(const char *name, const char *mode, uint32_t world_size, const uint
     snprintf(j->mode, sizeof(j->mode), "%s", mode);
     j->state = JOB_FORMING;
     j->world_size = world_size;
+    j->shm = (ps_shm){.listener = -1, .average_fd = -1};
     j->created_ms = now_ms;
     j->progress_logged_ms = now_ms;
     return j;
@@ -35,6 +36,7 @@ void job_free(job *j) {
         job_remove_waiter(j, j->n_waiters - 1);
     free(j->waiters);
     store_clear(&j->store);
+    ps_shm_close(&j->shm);
     ps_free(&j->ps);
     free(j->ps_layout);
     free(j->members);

@@ -12,6 +12,7 @@
 #include "common/limits.h"
 #include "common/wire.h"
 #include "server/ps.h"
+#include "server/ps_shm.h"
 #include "server/store.h"
 
 typedef enum { JOB_FORMING, JOB_RUNNING } job_state;
@@ -68,6 +69,7 @@ typedef struct {
     uint64_t *ps_layout; /* ps mode: elements per gradient bucket, as the members declared */
     size_t n_ps_layout;
     ps_state ps; /* set up when the job forms */
+    ps_shm shm;  /* ps mode: the ranks' push segments and the average segment, on this host */
 } job;
 
 job *job_new(const char *name, const char *mode, uint32_t world_size, const uint64_t *ps_layout, size_t n_ps_layout,

@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/reduce.h"
-
 int ps_init(ps_state *ps, const uint64_t *counts, size_t n_buckets, uint32_t world) {
     *ps = (ps_state){.world = world, .n_buckets = n_buckets};
     ps->buckets = calloc(n_buckets ? n_buckets : 1, sizeof(ps_bucket));
@@ -15,48 +13,73 @@ int ps_init(ps_state *ps, const uint64_t *counts, size_t n_buckets, uint32_t wor
     for (size_t i = 0; i < n_buckets; i++) {
         ps_bucket *b = &ps->buckets[i];
         b->count = counts[i];
+        b->offset = ps->total;
+        ps->total += counts[i];
         b->pushed = calloc(world, sizeof(zmq_msg_t));
+        b->inputs = calloc(world, sizeof(float *));
+        b->copies = calloc(world, sizeof(float *));
         b->arrived = calloc(world, sizeof(bool));
-        if (!b->pushed || !b->arrived) {
+        b->framed = calloc(world, sizeof(bool));
+        if (!b->pushed || !b->inputs || !b->copies || !b->arrived || !b->framed) {
             ps_free(ps);
             return -ENOMEM;
         }
     }
+    if (!(ps->own_average = malloc((ps->total ? ps->total : 1) * sizeof(float)))) {
+        ps_free(ps);
+        return -ENOMEM;
+    }
+    ps->average = ps->own_average;
     return 0;
 }
 
 static void ps_bucket_clear(ps_bucket *b, uint32_t world) {
-    for (uint32_t r = 0; r < world; r++)
-        if (b->arrived[r]) {
+    for (uint32_t r = 0; r < world; r++) {
+        if (b->framed[r])
             zmq_msg_close(&b->pushed[r]);
-            b->arrived[r] = false;
-        }
+        free(b->copies[r]);
+        b->copies[r] = NULL;
+        b->inputs[r] = NULL;
+        b->arrived[r] = b->framed[r] = false;
+    }
     b->n_arrived = 0;
 }
 
 void ps_free(ps_state *ps) {
     for (size_t i = 0; ps->buckets && i < ps->n_buckets; i++) {
         ps_bucket *b = &ps->buckets[i];
-        if (b->pushed && b->arrived)
+        if (b->pushed && b->inputs && b->copies && b->arrived && b->framed)
             ps_bucket_clear(b, ps->world);
         free(b->pushed);
+        free((void *)b->inputs);
+        free(b->copies);
         free(b->arrived);
+        free(b->framed);
     }
     free(ps->buckets);
+    free(ps->own_average);
     *ps = (ps_state){0};
 }
 
-int ps_push(ps_state *ps, uint32_t rank, uint64_t step, uint32_t bucket, zmq_msg_t *payload, zmq_msg_t *ret_average,
+void ps_set_average(ps_state *ps, float *block) {
+    ps->average = block;
+}
+
+const float *ps_average(const ps_state *ps, uint32_t bucket) {
+    return ps->average + ps->buckets[bucket].offset;
+}
+
+int ps_push(ps_state *ps, uint32_t rank, uint64_t step, uint32_t bucket, zmq_msg_t *payload, const float *segment,
             char *err, size_t err_size) {
     if (bucket >= ps->n_buckets) {
         snprintf(err, err_size, "bucket %u: the job's layout has %zu buckets", bucket, ps->n_buckets);
         return -EINVAL;
     }
     ps_bucket *b = &ps->buckets[bucket];
-    size_t bytes = zmq_msg_size(payload);
-    if (bytes != b->count * sizeof(float)) {
-        snprintf(err, err_size, "bucket %u: %zu bytes where the layout says %llu f32 elements", bucket, bytes,
-                 (unsigned long long)b->count);
+    size_t bytes = b->count * sizeof(float);
+    if (payload && zmq_msg_size(payload) != bytes) {
+        snprintf(err, err_size, "bucket %u: %zu bytes where the layout says %llu f32 elements", bucket,
+                 zmq_msg_size(payload), (unsigned long long)b->count);
         return -EMSGSIZE;
     }
     if (step != b->step) {
@@ -68,38 +91,28 @@ int ps_push(ps_state *ps, uint32_t rank, uint64_t step, uint32_t bucket, zmq_msg
         snprintf(err, err_size, "bucket %u: rank %u pushed step %llu twice", bucket, rank, (unsigned long long)step);
         return -EPROTO;
     }
-    zmq_msg_init(&b->pushed[rank]);
-    zmq_msg_move(&b->pushed[rank], payload);
-    b->arrived[rank] = true;
-    if (++b->n_arrived < ps->world)
-        return 0;
-
-    /* Everyone is in: sum in rank order, then divide. */
-    if (zmq_msg_init_size(ret_average, bytes) < 0) {
-        ps_bucket_clear(b, ps->world);
-        snprintf(err, err_size, "out of memory for bucket %u", bucket);
-        return -ENOMEM;
-    }
-    float *avg = zmq_msg_data(ret_average);
-    memcpy(avg, zmq_msg_data(&b->pushed[0]), bytes);
-    for (uint32_t r = 1; r < ps->world; r++) {
-        /* a received frame may sit at any offset: reduce from an aligned copy where needed */
-        const void *in = zmq_msg_data(&b->pushed[r]);
-        float *aligned = NULL;
-        if ((uintptr_t)in % sizeof(float)) {
-            if (!(aligned = malloc(bytes))) {
-                zmq_msg_close(ret_average);
+    if (payload) {
+        zmq_msg_init(&b->pushed[rank]);
+        zmq_msg_move(&b->pushed[rank], payload);
+        b->framed[rank] = true;
+        const void *data = zmq_msg_data(&b->pushed[rank]);
+        if ((uintptr_t)data % sizeof(float)) { /* a received frame may sit at any offset */
+            if (!(b->copies[rank] = malloc(bytes ? bytes : 1))) {
                 ps_bucket_clear(b, ps->world);
                 snprintf(err, err_size, "out of memory for bucket %u", bucket);
                 return -ENOMEM;
             }
-            memcpy(aligned, in, bytes);
-            in = aligned;
+            memcpy(b->copies[rank], data, bytes);
+            data = b->copies[rank];
         }
-        reduce_into(avg, in, b->count, DTYPE_F32, REDUCE_SUM);
-        free(aligned);
+        b->inputs[rank] = data;
+    } else {
+        b->inputs[rank] = segment + b->offset;
     }
-    reduce_finish(avg, b->count, DTYPE_F32, REDUCE_AVG, (int)ps->world);
+    b->arrived[rank] = true;
+    if (++b->n_arrived < ps->world)
+        return 0;
+    ps_reduce_average(ps->average + b->offset, b->inputs, ps->world, b->count);
     ps_bucket_clear(b, ps->world);
     b->step++;
     return 1;

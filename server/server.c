@@ -127,6 +127,16 @@ static void server_form_job(server *s, job *j) {
     body.pids = pids;
     body.heartbeat_ms = (uint32_t)s->opts.heartbeat_ms;
     body.liveness = (uint32_t)s->opts.liveness;
+    if (j->n_ps_layout) { /* the ranks on this host may hand over their pushes in shared memory */
+        int r = ps_shm_open(&j->shm, j->world_size, j->ps.total * sizeof(float));
+        if (r == 0) {
+            ps_set_average(&j->ps, (float *)j->shm.average);
+            body.ps_socket = j->shm.name;
+        } else {
+            log_warn("job '%s': no shared memory for its gradients (%s): the ranks push over ZeroMQ", j->name,
+                     error_string(r));
+        }
+    }
     for (size_t i = 0; i < j->n_members; i++) {
         Ddp__Envelope env;
         wire_envelope_init(&env, DDP__MSG_TYPE__WELCOME, j->name, -1, j->generation, j->members[i].join_seq);
@@ -418,8 +428,15 @@ static void server_on_grad_push(server *s, wire_msg *msg) {
     }
     const Ddp__GradPush *push = msg->env->grad_push;
     char err[DDP_MAX_REASON];
-    zmq_msg_t average;
-    int r = ps_push(&j->ps, (uint32_t)m->rank, push->step, push->bucket, &msg->payload[0], &average, err, sizeof(err));
+    int r;
+    if (push->shared && !j->shm.pushed[m->rank]) {
+        snprintf(err, sizeof(err), "bucket %u: pushed in shared memory that rank %d never handed over", push->bucket,
+                 m->rank);
+        r = -EPROTO;
+    } else {
+        r = ps_push(&j->ps, (uint32_t)m->rank, push->step, push->bucket, push->shared ? NULL : &msg->payload[0],
+                    push->shared ? (const float *)j->shm.pushed[m->rank] : NULL, err, sizeof(err));
+    }
     if (r < 0) {
         char reason[DDP_MAX_REASON];
         snprintf(reason, sizeof(reason), "grad-push from rank %d refused: %.400s", m->rank, err);
@@ -430,19 +447,46 @@ static void server_on_grad_push(server *s, wire_msg *msg) {
     }
     if (r == 0)
         return;
+    /* every rank gets it where it pushed from: in the average segment, or as a frame */
     Ddp__GradAvg body = DDP__GRAD_AVG__INIT;
     body.step = push->step;
     body.bucket = push->bucket;
-    wire_frame frame = {zmq_msg_data(&average), zmq_msg_size(&average)};
+    wire_frame frame = {(void *)ps_average(&j->ps, push->bucket), j->ps.buckets[push->bucket].count * sizeof(float)};
     for (size_t i = 0; i < j->n_members; i++) {
         Ddp__Envelope env;
         wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
+        body.shared = j->shm.pushed && j->shm.pushed[j->members[i].rank];
         env.grad_avg = &body;
-        int e = wire_send(s->router, j->members[i].identity, j->members[i].identity_size, &env, &frame, 1);
+        int e = wire_send(s->router, j->members[i].identity, j->members[i].identity_size, &env, &frame,
+                          body.shared ? 0 : 1);
         if (e < 0)
             log_debug("could not send grad-avg to rank %d: %s", j->members[i].rank, error_string(e));
     }
-    zmq_msg_close(&average);
+}
+
+size_t server_poll_fds(const server *s, int *fds, size_t max) {
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_jobs && n < max; i++)
+        if (s->jobs[i]->shm.listener >= 0)
+            fds[n++] = s->jobs[i]->shm.listener;
+    return n;
+}
+
+void server_on_fd(server *s, int fd) {
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        job *j = s->jobs[i];
+        if (j->shm.listener != fd)
+            continue;
+        uint32_t pids[DDP_MAX_WORLD_SIZE];
+        for (size_t k = 0; k < j->n_members; k++)
+            pids[j->members[k].rank] = j->members[k].pid;
+        char err[DDP_MAX_REASON];
+        if (ps_shm_accept(&j->shm, pids, err, sizeof(err)) < 0) {
+            s->bad_messages++;
+            log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "job '%s': %s", j->name, err);
+        }
+        return;
+    }
 }
 
 /* A snapshot of every job and member, as a status reply; views into the server's state,
@@ -847,6 +891,7 @@ void server_shutdown(server *s, const char *reason) {
 void server_close(server *s) {
     while (s->n_jobs)
         server_remove_job(s, s->jobs[s->n_jobs - 1]);
+    ps_reduce_shutdown();
     if (s->router)
         zmq_close(s->router);
     if (s->zmq_ctx)

@@ -9,9 +9,10 @@ void group_envelope(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType type) {
     wire_envelope_init(env, type, g->job, g->rank, g->generation, ++g->next_seq);
 }
 
-/* A ps average with its payload: what ddp_ps_pull will want. */
+/* A ps average (its payload, or word that it is in shared memory): what ddp_ps_pull will
+ * want. The wire layer has checked that the frames match. */
 static bool is_average(const agent_event *ev) {
-    return ev->msg.env->type == DDP__MSG_TYPE__GRAD_AVG && ev->msg.n_payload == 1;
+    return ev->msg.env->type == DDP__MSG_TYPE__GRAD_AVG;
 }
 
 int group_next_event(ddp_group *g, uint64_t deadline_ms, bool (*match)(const agent_event *ev, void *ctx), void *ctx,

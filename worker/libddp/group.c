@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -187,6 +188,10 @@ static void group_free(ddp_group *g) {
     free(g->ps_buckets);
     free(g->ps_push_step);
     free(g->ps_pull_step);
+    if (g->ps_pushed)
+        munmap(g->ps_pushed, g->ps_bytes);
+    if (g->ps_average)
+        munmap(g->ps_average, g->ps_bytes);
     for (size_t i = 0; i < g->n_private_buffers; i++)
         free(g->private_buffers[i]);
     free(g->private_buffers);
@@ -246,6 +251,7 @@ static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_pee
     }
     g->rank = (int)w->rank;
     g->generation = w->generation;
+    snprintf(g->ps_socket, sizeof(g->ps_socket), "%s", w->ps_socket);
     g->endpoints = calloc(w->world_size, sizeof(char *));
     g->pids = calloc(w->world_size, sizeof(uint32_t));
     bool one_host = true;
@@ -349,6 +355,8 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         goto fail;
     }
+    if (g->ps_socket[0] && strcmp(s.transport, "zmq") != 0)
+        ps_client_share(g);
     *ret_group = g;
     return 0;
 fail:

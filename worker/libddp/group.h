@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/fd_socket.h"
 #include "common/limits.h"
 #include "ddp/ddp.h"
 #include "worker/libddp/agent.h"
@@ -35,7 +36,10 @@ struct ddp_group {
     uint64_t *ps_buckets;
     size_t n_ps_buckets;
     uint64_t *ps_push_step, *ps_pull_step;
-    agent_event **ps_early; /* (n_ps_buckets) an average waiting to be pulled */
+    agent_event **ps_early;               /* (n_ps_buckets) an average waiting to be pulled */
+    char ps_socket[FD_SOCKET_NAME_BYTES]; /* where ddpd takes push segments (the Welcome's), or "" */
+    char *ps_pushed, *ps_average;         /* this rank's push segment and ddpd's average one, mapped, or NULL */
+    size_t ps_bytes;                      /* of each: every bucket's floats */
 
     /* The communication thread that runs async requests, in order, one at a time. */
     pthread_t comm_thread;
@@ -54,6 +58,11 @@ struct ddp_group {
 
 /* Records err and its description as the group's last error; returns err. */
 int group_fail(ddp_group *g, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ps_client.c: with ddpd on this host, hands it this rank's push segment and maps its
+ * average segment, so that pushes and averages skip the socket; where it cannot (another
+ * host, DDP_TRANSPORT=zmq), pushes and averages stay payload frames. */
+void ps_client_share(ddp_group *g);
 
 /* control.c: the messages to and from ddpd. */
 /* Fills the header of a request from this group: type, job, rank, generation, next seq. */

@@ -1,12 +1,60 @@
 /* Parameter-server mode, the worker's side: push a bucket of gradients to ddpd, pull the
- * average of every rank's back. Averages travel on the control connection, through the
- * group's control thread, like every message from ddpd. */
+ * average of every rank's back. The messages travel on the control connection, through
+ * the group's control thread, like every message from ddpd; the gradients and averages
+ * too, unless this rank shares memory with ddpd (ps_client_share): then a push copies the
+ * bucket into the push segment and says so, and a pull copies the average from ddpd's. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/log.h"
+#include "common/shm_segment.h"
 #include "worker/libddp/group.h"
+
+/* Where bucket starts in the segments: the layout, in order. */
+static size_t ps_offset(const ddp_group *g, int bucket) {
+    size_t off = 0;
+    for (int b = 0; b < bucket; b++)
+        off += g->ps_buckets[b];
+    return off * sizeof(float);
+}
+
+void ps_client_share(ddp_group *g) {
+    size_t floats = 0;
+    for (size_t b = 0; b < g->n_ps_buckets; b++)
+        floats += g->ps_buckets[b];
+    size_t bytes = floats * sizeof(float);
+    int fd = -1, sock = -1, average = -1, r;
+    int32_t said = -1;
+    char *pushed = NULL, *avg = NULL, why[128] = "";
+    fd_peer who;
+    if ((r = shm_segment_make("ddp-ps-push", bytes, &fd)) < 0 || (r = fd_socket_connect(g->ps_socket, &sock)) < 0 ||
+        (r = fd_socket_peer(sock, &who)) < 0 || (r = fd_socket_send(sock, fd, g->rank)) < 0 ||
+        (r = fd_socket_recv(sock, clock_now_ms() + (uint64_t)g->timeout_ms, &average, &said)) < 0 ||
+        (r = shm_segment_map(fd, bytes, &pushed, why, sizeof(why))) < 0 ||
+        (r = shm_segment_map(average, bytes, &avg, why, sizeof(why))) < 0) {
+        /* another host's ddpd is not there to connect to: the frames will do */
+        log_debug("ps: no shared memory with ddpd (%s%s%s): pushing over ZeroMQ", error_string(r), why[0] ? ": " : "",
+                  why);
+        if (pushed)
+            munmap(pushed, bytes);
+        pushed = NULL;
+    } else {
+        g->ps_pushed = pushed;
+        g->ps_average = avg;
+        g->ps_bytes = bytes;
+    }
+    (void)who; /* the socket's name came from ddpd's Welcome, over ddpd's own connection */
+    if (fd >= 0)
+        close(fd);
+    if (sock >= 0)
+        close(sock);
+    if (average >= 0)
+        close(average);
+}
 
 static int ps_check(ddp_group *g, int bucket, const void *buf, const char *what) {
     if (!g)
@@ -30,10 +78,18 @@ DDP_EXPORT int ddp_ps_push(ddp_group *g, int bucket, const float *grads) {
     Ddp__GradPush body = DDP__GRAD_PUSH__INIT;
     body.step = g->ps_push_step[bucket];
     body.bucket = (uint32_t)bucket;
+    body.shared = g->ps_pushed != NULL;
     Ddp__Envelope env;
     group_envelope(g, &env, DDP__MSG_TYPE__GRAD_PUSH);
     env.grad_push = &body;
-    int r = agent_send_payload(&g->agent, &env, grads, g->ps_buckets[bucket] * sizeof(float));
+    size_t bytes = g->ps_buckets[bucket] * sizeof(float);
+    int r;
+    if (body.shared) { /* ddpd reads it once every rank has pushed, before it answers: no one writes it till then */
+        memcpy(g->ps_pushed + ps_offset(g, bucket), grads, bytes);
+        r = agent_send(&g->agent, &env);
+    } else {
+        r = agent_send_payload(&g->agent, &env, grads, bytes);
+    }
     if (r < 0)
         return group_fail(g, r, "ps_push: could not hand bucket %d to the control thread: %s", bucket, error_string(r));
     g->ps_push_step[bucket]++;
@@ -44,7 +100,7 @@ DDP_EXPORT int ddp_ps_push(ddp_group *g, int bucket, const float *grads) {
 /* What a pull waits for: bucket's average, or ddpd's refusal of a push (an Error). */
 static bool is_pulled(const agent_event *ev, void *ctx) {
     const Ddp__Envelope *e = ev->msg.env;
-    return (e->type == DDP__MSG_TYPE__GRAD_AVG && ev->msg.n_payload == 1 && e->grad_avg->bucket == *(uint32_t *)ctx) ||
+    return (e->type == DDP__MSG_TYPE__GRAD_AVG && e->grad_avg->bucket == *(uint32_t *)ctx) ||
            e->type == DDP__MSG_TYPE__ERROR;
 }
 
@@ -73,12 +129,18 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
     }
     const Ddp__GradAvg *avg = ev->msg.env->grad_avg;
     int r = 0;
-    if (avg->step != step || zmq_msg_size(&ev->msg.payload[0]) != bytes)
-        r = g->failed = group_fail(
-            g, -EPROTO, "ps_pull: ddpd sent bucket %d of step %llu (%zu bytes) for step %llu (%zu)", bucket,
-            (unsigned long long)avg->step, zmq_msg_size(&ev->msg.payload[0]), (unsigned long long)step, bytes);
+    size_t got = avg->shared ? bytes : zmq_msg_size(&ev->msg.payload[0]);
+    if (avg->step != step || got != bytes)
+        r = g->failed =
+            group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d of step %llu (%zu bytes) for step %llu (%zu)", bucket,
+                       (unsigned long long)avg->step, got, (unsigned long long)step, bytes);
+    else if (avg->shared != (g->ps_average != NULL))
+        r = g->failed =
+            group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d %s, where this rank pushes %s", bucket,
+                       avg->shared ? "in shared memory" : "as a frame", g->ps_average ? "in shared memory" : "frames");
     else {
-        memcpy(ret_average, zmq_msg_data(&ev->msg.payload[0]), bytes);
+        memcpy(ret_average, avg->shared ? g->ps_average + ps_offset(g, bucket) : zmq_msg_data(&ev->msg.payload[0]),
+               bytes);
         g->ps_pull_step[bucket]++;
         comm_count_ddpd(&g->comm, 0, bytes);
     }

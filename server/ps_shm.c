@@ -1,0 +1,90 @@
+#define _GNU_SOURCE /* accept4 */
+#include "server/ps_shm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/shm_segment.h"
+
+int ps_shm_open(ps_shm *p, uint32_t world, size_t bytes) {
+    *p = (ps_shm){.listener = -1, .average_fd = -1, .bytes = bytes, .world = world};
+    char why[128];
+    int r;
+    if (!(p->pushed = calloc(world, sizeof(char *))))
+        return -ENOMEM;
+    if ((r = shm_segment_make("ddpd-average", bytes, &p->average_fd)) < 0 ||
+        (r = shm_segment_map(p->average_fd, bytes, &p->average, why, sizeof(why))) < 0 ||
+        (r = fd_socket_listen("ddpd-ps-", p->name, (int)world, &p->listener)) < 0) {
+        ps_shm_close(p);
+        return r;
+    }
+    return 0;
+}
+
+static void ps_shm_stop_listening(ps_shm *p) {
+    if (p->listener >= 0)
+        close(p->listener);
+    if (p->average_fd >= 0)
+        close(p->average_fd);
+    p->listener = p->average_fd = -1;
+}
+
+void ps_shm_close(ps_shm *p) {
+    ps_shm_stop_listening(p);
+    for (uint32_t r = 0; p->pushed && r < p->world; r++)
+        if (p->pushed[r])
+            munmap(p->pushed[r], p->bytes);
+    free(p->pushed);
+    if (p->average)
+        munmap(p->average, p->bytes);
+    *p = (ps_shm){.listener = -1, .average_fd = -1};
+}
+
+int ps_shm_accept(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
+    int sock = accept4(p->listener, NULL, NULL, SOCK_CLOEXEC);
+    if (sock < 0) {
+        snprintf(err, err_size, "accepting a rank's push segment: %s", strerror(errno));
+        return -errno;
+    }
+    fd_peer who;
+    int fd = -1, r;
+    int32_t rank = -1;
+    if ((r = fd_socket_peer(sock, &who)) < 0 ||
+        (r = fd_socket_recv(sock, clock_now_ms() + PS_SHM_WAIT_MS, &fd, &rank)) < 0) {
+        snprintf(err, err_size, "a push segment from pid %d: %s", (int)who.pid, error_string(r));
+        close(sock);
+        return r;
+    }
+    char *mapped = NULL, why[128];
+    if (rank < 0 || (uint32_t)rank >= p->world) {
+        snprintf(err, err_size, "pid %d handed over a push segment as rank %d, which the job has not", (int)who.pid,
+                 (int)rank);
+        r = -EPROTO;
+    } else if ((uint32_t)who.pid != pids[rank]) {
+        snprintf(err, err_size, "pid %d handed over a push segment as rank %d, whose pid is %u: refused", (int)who.pid,
+                 (int)rank, pids[rank]);
+        r = -EPERM;
+    } else if (p->pushed[rank]) {
+        snprintf(err, err_size, "rank %d handed over a second push segment", (int)rank);
+        r = -EPROTO;
+    } else if ((r = shm_segment_map(fd, p->bytes, &mapped, why, sizeof(why))) < 0) {
+        snprintf(err, err_size, "rank %d's push segment is refused: %s", (int)rank, why);
+    } else if ((r = fd_socket_send(sock, p->average_fd, rank)) < 0) {
+        snprintf(err, err_size, "handing rank %d the average segment: %s", (int)rank, error_string(r));
+        munmap(mapped, p->bytes);
+    } else {
+        p->pushed[rank] = mapped;
+        if (++p->n_handed == p->world)
+            ps_shm_stop_listening(p);
+    }
+    close(fd);
+    close(sock);
+    return r;
+}

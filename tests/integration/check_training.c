@@ -1,17 +1,22 @@
 /* ddp-worker end to end, on loopback: equivalence of the modes and world sizes, resume,
  * bad inputs, metrics; on a small synthetic dataset written for the test (and a smoke run
  * on Fashion-MNIST where Debian's dataset is installed). */
+#define _GNU_SOURCE /* memfd_create */
 #include <cJSON.h>
 #include <check.h>
 #include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/clock.h"
+#include "common/fd_socket.h"
 #include "tests/check_main.h"
 #include "tests/integration/harness.h"
 #include "worker/trainer/checkpoint.h"
@@ -109,6 +114,120 @@ START_TEST(test_equivalence) {
     ck_assert_msg(relative_difference(reference, one, n) > 1e-3, "20 steps did not move the parameters");
     free(one);
     free(reference);
+}
+END_TEST
+
+static void read_file(const char *path, char **ret, size_t *ret_size);
+
+/* Every transport trains the same bits: each mode on two workers over shared memory (the
+ * collectives, and ps's pushes through ddpd's segments) and over ZeroMQ (frames) gives the
+ * same checkpoint, byte for byte. */
+START_TEST(test_transports) {
+    static const char *const modes[] = {"ddp", "dp", "ps"};
+    for (int mi = 0; mi < 3; mi++) {
+        char *bytes[2] = {NULL, NULL};
+        size_t sizes[2];
+        for (int t = 0; t < 2; t++) {
+            char ckpt[128];
+            snprintf(ckpt, sizeof(ckpt), "%s/%s-%s.ckpt", dir, modes[mi], t ? "zmq" : "shm");
+            const char *args[] = {
+                "--mode", modes[mi], "--transport", t ? "zmq" : "shm", "--steps", "20", "--batch-size",
+                "32",     "--lr",    "0.1",         "--checkpoint",    ckpt,      NULL};
+            proc p;
+            int code = train(&p, 2, args);
+            ck_assert_msg(code == 0, "%s over %s: exit %d: %s", modes[mi], t ? "zmq" : "shm", code, proc_output(&p));
+            proc_close(&p);
+            read_file(ckpt, &bytes[t], &sizes[t]);
+        }
+        ck_assert_msg(sizes[0] == sizes[1] && memcmp(bytes[0], bytes[1], sizes[0]) == 0,
+                      "%s: shared memory and ZeroMQ trained different bits", modes[mi]);
+        free(bytes[0]);
+        free(bytes[1]);
+    }
+}
+END_TEST
+
+/* Whether pid maps a segment named name (memfd:NAME). */
+static bool maps_segment(pid_t pid, const char *name) {
+    char path[64], line[512], needle[64];
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+    snprintf(needle, sizeof(needle), "/memfd:%s ", name);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "%s", path);
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* The first listening abstract socket whose name begins with prefix, from /proc/net/unix. */
+static bool find_abstract_socket(const char *prefix, char *name, size_t size) {
+    FILE *f = fopen("/proc/net/unix", "r");
+    char line[512], needle[64];
+    snprintf(needle, sizeof(needle), " @%s", prefix);
+    bool found = false;
+    while (f && !found && fgets(line, sizeof(line), f)) {
+        char *at = strstr(line, needle);
+        if (at) {
+            snprintf(name, size, "%s", at + 2);
+            name[strcspn(name, "\n")] = '\0';
+            found = true;
+        }
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* ps on one host: a rank hands ddpd its push segment and maps ddpd's average segment; a
+ * rank on DDP_TRANSPORT=zmq keeps pushing frames, in the same job. A process that is not
+ * the rank it claims to be gets nothing from ddpd's socket, and the job goes on. */
+START_TEST(test_ps_shared_memory) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc ranks[2];
+    for (int r = 0; r < 2; r++) {
+        const char *argv[] = {"/usr/bin/env",
+                              r ? "DDP_TRANSPORT=zmq" : "DDP_TRANSPORT=auto",
+                              DDP_WORKER_PATH,
+                              "--data",
+                              dir,
+                              "--model",
+                              MODEL,
+                              "--mode",
+                              "ps",
+                              "--batch-size",
+                              "32",
+                              "--epochs",
+                              "100000",
+                              NULL};
+        rank_start(&ranks[r], &d, 2, r, "ps-shm", argv);
+    }
+    ck_assert_msg(proc_expect(&ranks[0], "epoch 1:", WAIT_MS, NULL, 0), "%s", proc_output(&ranks[0]));
+    ck_assert_msg(maps_segment(ranks[0].pid, "ddp-ps-push") && maps_segment(ranks[0].pid, "ddpd-average"),
+                  "rank 0 does not share memory with ddpd");
+    ck_assert_msg(!maps_segment(ranks[1].pid, "ddpd-average"), "rank 1 (DDP_TRANSPORT=zmq) maps ddpd's segment");
+
+    /* rank 1 never handed over: ddpd still listens; this process claims to be rank 1 */
+    char name[FD_SOCKET_NAME_BYTES];
+    ck_assert_msg(find_abstract_socket("ddpd-ps-", name, sizeof(name)), "no ddpd-ps- socket in /proc/net/unix");
+    int sock = -1, fd = memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING), got = -1;
+    int32_t said = -1;
+    ck_assert_int_eq(fd_socket_connect(name, &sock), 0);
+    ck_assert_int_eq(fd_socket_send(sock, fd, 1), 0);
+    ck_assert_msg(fd_socket_recv(sock, clock_now_ms() + 5000, &got, &said) < 0, "ddpd handed a segment to an impostor");
+    close(sock);
+    close(fd);
+    const char *ctl_progress = "epoch 3:"; /* and training goes on */
+    ck_assert_msg(proc_expect(&ranks[0], ctl_progress, WAIT_MS, NULL, 0), "%s", proc_output(&ranks[0]));
+    for (int r = 0; r < 2; r++)
+        proc_signal(&ranks[r], SIGTERM);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(proc_wait(&ranks[r], WAIT_MS), 143);
+        proc_close(&ranks[r]);
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 END_TEST
 
@@ -506,6 +625,8 @@ int main(int argc, char **argv) {
     /* Cases CTest runs side by side. */
     tcase_add_test(add_case(s, tcase_create("equivalence")), test_equivalence);
     tcase_add_test(add_case(s, tcase_create("resume")), test_resume_is_exact);
+    tcase_add_test(add_case(s, tcase_create("transports")), test_transports);
+    tcase_add_test(add_case(s, tcase_create("ps-shared-memory")), test_ps_shared_memory);
     tcase_add_test(add_case(s, tcase_create("model-parallel")), test_model_parallel);
     TCase *errors = add_case(s, tcase_create("errors"));
     tcase_add_test(errors, test_bad_inputs);

@@ -45,6 +45,7 @@ e = [x for x in map(json.loads, open(sys.argv[1])) if x["type"] == "epoch"][-1] 
 print("%.4f" % (e["comm_s"] / e["step"] * 1000))' "$out/m.jsonl" >> "$out/comm_ms"
   "$build/bin/ddp-bench" all_reduce -n 2 -b $((params * 4)) -e $((params * 4)) | awk '!/^#/ { printf "%.4f\n", $6 / 1000 }' >> "$out/bench_ms"
   "$build/bin/ddp-bench" all_reduce -n 2 -b $((params * 4)) -e $((params * 4)) --alloc | awk '!/^#/ { printf "%.4f\n", $6 / 1000 }' >> "$out/alloc_ms"
+  "$build/bin/ddp-bench" all_reduce -n 2 -b $((params * 4)) -e $((params * 4)) --alloc --cold 16 | awk '!/^#/ { printf "%.4f\n", $6 / 1000 }' >> "$out/cold_ms"
   theirs 2 mlp 1 ddp >> "$out/torch2"
   ours 2 mlp 1 dp >> "$out/dp"
   ours 2 mlp 1 ps >> "$out/ps"
@@ -52,7 +53,7 @@ done
 for f in ours1 torch1 ddp torch2 dp ps; do field samples_per_s < "$out/$f" | stats > "$out/$f.s"; done
 o1=$(cat "$out/ours1.s"); t1=$(cat "$out/torch1.s"); d=$(cat "$out/ddp.s"); t2=$(cat "$out/torch2.s")
 dp=$(cat "$out/dp.s"); ps=$(cat "$out/ps.s")
-comm=$(stats min < "$out/comm_ms"); bench=$(stats min < "$out/bench_ms"); alloc=$(stats min < "$out/alloc_ms")
+comm=$(stats min < "$out/comm_ms"); bench=$(stats min < "$out/bench_ms"); alloc=$(stats min < "$out/alloc_ms"); cold=$(stats min < "$out/cold_ms")
 
 # accuracy: linear 10 epochs and mlp 5 epochs, 2 workers
 la=$(ours 2 linear 10 ddp | field test_acc)
@@ -74,6 +75,7 @@ echo "|---|---|"
 echo "| inside ddp training (comm_s / steps, rank 0) | $comm |"
 echo "| ddp-bench, same size, same run | $bench |"
 echo "| ddp-bench --alloc (the input in place, as training's), same size | $alloc |"
+echo "| ddp-bench --alloc --cold 16 (16 MiB written between calls, as a step's compute does) | $cold |"
 echo "| training / ddp-bench, the bests | $(ratio "$(echo "$comm" | first)" "$(echo "$bench" | first)") |"
 echo
 echo "| accuracy, 2 workers | ddp-worker | PyTorch |"

@@ -36,6 +36,7 @@ typedef struct {
     bool check;
     bool json;
     bool alloc;
+    int cold_mb;
     char *coordinator;
     bool help, version;
 } bench_options;
@@ -61,6 +62,10 @@ static const config_option bench_table[] = {
     {"json", CONFIG_BOOL, 0, 1, NULL, offsetof(bench_options, json), "print JSON instead of a table"},
     {"alloc", CONFIG_BOOL, 0, 1, NULL, offsetof(bench_options, alloc),
      "buffers from ddp_alloc: over shared memory the peers read the inputs in place"},
+    {"cold", CONFIG_INT, 0, 4096, "0", offsetof(bench_options, cold_mb),
+     "before each timed call, write MB MiB of other memory: the caches as a training step leaves them; time is "
+     "then the calls' own",
+     "MB"},
     {"coordinator", CONFIG_STRING, 1, 256, NULL, offsetof(bench_options, coordinator),
      "use this ddpd instead of a private one", "EP"},
     {"version", CONFIG_BOOL, 0, 1, NULL, offsetof(bench_options, version), "print the version and exit", NULL, NULL,
@@ -235,6 +240,11 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
                 c.send && c.recv ? "" : ": out of memory");
         r = -ENOMEM;
     }
+    char *cold = o->cold_mb ? malloc((size_t)o->cold_mb << 20) : NULL;
+    if (o->cold_mb && !cold && r == 0) {
+        fprintf(stderr, "ddp-bench: rank %d: cannot allocate --cold %d MiB\n", c.rank, o->cold_mb);
+        r = -ENOMEM;
+    }
     double bus_factor = kind == B_ALL_REDUCE ? 2.0 * (n - 1) / n : per_rank_total ? (double)(n - 1) / n : 1.0;
     const char *type = dtype_choices[c.t], *redop = kind == B_ALL_GATHER || kind == B_BROADCAST ? "none" : o->op_name;
     int root = kind == B_BROADCAST || kind == B_REDUCE ? c.root : -1;
@@ -272,12 +282,16 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
         if (r == 0)
             r = ddp_barrier(g);
         uint64_t t0 = clock_now_us();
+        double calls_us = 0;
         for (int i = 0; i < iters && r == 0; i++) {
+            if (cold) /* evicts the buffers, as forward and backward do between all-reduces */
+                memset(cold, i, (size_t)o->cold_mb << 20);
             uint64_t s = clock_now_us();
             r = bench_call(g, &c, count);
             lat[i] = (double)(clock_now_us() - s);
+            calls_us += lat[i];
         }
-        double avg = (double)(clock_now_us() - t0) / iters;
+        double avg = (cold ? calls_us : (double)(clock_now_us() - t0)) / iters;
         if (r == 0) /* the slowest rank's average, as nccl-tests and the gloo anchor report */
             r = ddp_all_reduce(g, &avg, 1, DDP_F64, DDP_MAX);
         long wrong = 0;
@@ -321,6 +335,7 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
         fprintf(out, "\n], \"avg_busbw_gbps\": %.4f}\n", rows ? bus_sum / rows : 0);
     if (out)
         fclose(out);
+    free(cold);
     if (o->alloc) { /* ddp_finalize would free them too */
         ddp_free(g, c.send);
         ddp_free(g, c.recv);

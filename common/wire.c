@@ -319,6 +319,10 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
               "heartbeat: liveness %u out of range", env->heartbeat->liveness);
         CHECK(env->heartbeat->waiting_on >= -1 && env->heartbeat->waiting_on < DDP_MAX_WORLD_SIZE,
               "heartbeat: waiting on rank %d out of range", env->heartbeat->waiting_on);
+        CHECK(env->heartbeat->n_left <= DDP_MAX_WORLD_SIZE, "heartbeat: %zu ranks left", env->heartbeat->n_left);
+        for (size_t i = 0; i < env->heartbeat->n_left; i++)
+            CHECK(env->heartbeat->left[i] < DDP_MAX_WORLD_SIZE, "heartbeat: rank %u out of range",
+                  env->heartbeat->left[i]);
         CHECK(env->heartbeat->samples_per_s >= 0 && env->heartbeat->samples_per_s < 1e15,
               "heartbeat: samples/s out of range");
         CHECK(wire_text_valid(env->heartbeat->waiting_in, 64, true), "heartbeat: invalid waiting_in");

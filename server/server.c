@@ -55,6 +55,11 @@ static void server_send_heartbeat(server *s, const job *j, const job_member *m) 
     Ddp__Heartbeat body = DDP__HEARTBEAT__INIT;
     body.interval_ms = (uint32_t)s->opts.heartbeat_ms;
     body.liveness = (uint32_t)s->opts.liveness;
+    uint32_t left[DDP_MAX_WORLD_SIZE];
+    for (size_t i = 0; j->state == JOB_RUNNING && i < j->n_members; i++)
+        if (j->members[i].left)
+            left[body.n_left++] = (uint32_t)j->members[i].rank;
+    body.left = left;
     Ddp__Envelope env;
     wire_envelope_init(&env, DDP__MSG_TYPE__HEARTBEAT, j->name, -1, j->generation, 0);
     env.heartbeat = &body;

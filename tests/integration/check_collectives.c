@@ -411,6 +411,8 @@ END_TEST
 
 START_TEST(test_mismatched_collectives) {
     expect_mismatch("mismatch-kind", "called broadcast(count 1000, f32");
+    /* the barrier goes through shared memory too, numbered with the collectives */
+    expect_mismatch("mismatch-barrier", "called all_reduce(count 1000, f32");
 }
 END_TEST
 

@@ -2,6 +2,7 @@
  *   coll_fault stress          all-reduce 4 MiB again and again until one fails
  *   coll_fault mismatch-count  rank r all-reduces 1000 + r elements
  *   coll_fault mismatch-kind   rank 0 all-reduces while the others broadcast
+ *   coll_fault mismatch-barrier rank 0 enters a barrier while the others all-reduce
  *   coll_fault late            rank 1 never calls the all-reduce rank 0 waits in
  *   coll_fault bad-offset      rank 0 all-reduces memory from ddp_alloc; rank 1 plays a
  *                              hostile member: it posts the same call in its own segment's
@@ -106,6 +107,8 @@ int main(int argc, char **argv) {
         r = ddp_all_reduce(g, buf, 1000 + (size_t)rank, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "mismatch-kind")) {
         r = rank == 0 ? ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM) : ddp_broadcast(g, buf, 1000, DDP_F32, 0);
+    } else if (!strcmp(mode, "mismatch-barrier")) {
+        r = rank == 0 ? ddp_barrier(g) : ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "alloc-mismatch")) {
         if (!ddp_alloc(g, 4096 * ((size_t)rank + 1)))
             r = -1;

@@ -172,6 +172,8 @@ static void *agent_main(void *arg) {
             if (ev->msg.env->type == DDP__MSG_TYPE__HEARTBEAT) {
                 interval = ev->msg.env->heartbeat->interval_ms;
                 liveness = ev->msg.env->heartbeat->liveness;
+                for (size_t i = 0; i < ev->msg.env->heartbeat->n_left; i++) /* checked below the world size */
+                    atomic_store(&a->end.left[ev->msg.env->heartbeat->left[i]], 1);
                 agent_event_free(ev);
                 continue;
             }

@@ -280,6 +280,17 @@ static int reduce_scatter(comm *c, const coll_args *a) {
     return 0;
 }
 
+/* Every rank posts that it is here and waits for the others' posts; a second post says it
+ * has checked theirs (their calls stay in their headers until then). */
+static int barrier(comm *c, const coll_args *a) {
+    shm_plane *s = state(c)->plane;
+    TRY(shm_begin(c, s, &a->call, NULL));
+    TRY(shm_wait_all(c, s, shm_post(s), &a->call));
+    shm_post(s);
+    shm_release(s);
+    return 0;
+}
+
 static int coll_shm_run(comm *c, const coll_args *a) {
     size_t bytes = a->call.count * dtype_size(a->call.t);
     switch (a->call.kind) {
@@ -298,6 +309,8 @@ static int coll_shm_run(comm *c, const coll_args *a) {
         return scatter(c, a);
     case COLL_REDUCE_SCATTER:
         return reduce_scatter(c, a);
+    case COLL_BARRIER:
+        return barrier(c, a);
     case COLL_SEND:
         break;
     }

@@ -43,6 +43,8 @@ static int coll_dispatch(comm *c, const coll_args *a) {
         return coll_reduce_scatter_ring(c, a);
     case COLL_SEND:
         return a->receiving ? coll_recv(c, a) : coll_send(c, a);
+    case COLL_BARRIER: /* ddpd's (ddp_barrier) */
+        break;
     }
     return -EINVAL;
 }
@@ -190,6 +192,12 @@ DDP_EXPORT int ddp_reduce(ddp_group *g, void *buf, size_t count, ddp_dtype t, dd
     coll_args a;
     TRY(coll_prepare(g, &a, COLL_REDUCE, buf, buf, count, t, (int)op, root));
     return coll_run_now(g, &a, count == 0 || g->world_size == 1);
+}
+
+int coll_barrier(ddp_group *g) {
+    coll_args a;
+    TRY(coll_prepare(g, &a, COLL_BARRIER, NULL, NULL, 0, DDP_U8, DDP_SUM, 0));
+    return coll_run_now(g, &a, g->world_size == 1);
 }
 
 DDP_EXPORT int ddp_all_reduce(ddp_group *g, void *buf, size_t count, ddp_dtype t, ddp_op op) {

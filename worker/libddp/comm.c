@@ -21,10 +21,11 @@ static const char *const kind_names[] = {
     [COLL_SCATTER] = "scatter",
     [COLL_ALL_GATHER] = "all_gather",
     [COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [COLL_BARRIER] = "barrier",
 };
 
 const char *coll_kind_name(coll_kind kind) {
-    return kind >= COLL_SEND && kind <= COLL_REDUCE_SCATTER ? kind_names[kind] : "unknown";
+    return kind >= COLL_SEND && kind <= COLL_BARRIER ? kind_names[kind] : "unknown";
 }
 
 int comm_start(comm *c, const comm_peers *peers) {
@@ -94,6 +95,14 @@ int comm_fail(comm *c, int err, const char *fmt, ...) {
 int comm_check_end(comm *c) {
     int code = job_end_code(c->end);
     return code ? comm_fail(c, code, "%s", c->end->text) : 0;
+}
+
+int comm_check_peer(comm *c, int r, const comm_call *call) {
+    TRY(comm_check_end(c));
+    if (r >= 0 && r < DDP_MAX_WORLD_SIZE && atomic_load(&((job_end *)c->end)->left[r]))
+        return comm_fail(c, -EPIPE, "%s #%llu: rank %d (pid %u) left the job while this rank waited for it",
+                         coll_kind_name(call->kind), (unsigned long long)call->seq, r, c->peers.pids[r]);
+    return 0;
 }
 
 int comm_mismatch(comm *c, const comm_frame *f, const comm_call *call) {

@@ -29,6 +29,7 @@ typedef enum {
     COLL_SCATTER,
     COLL_ALL_GATHER,
     COLL_REDUCE_SCATTER,
+    COLL_BARRIER, /* through shared memory only: over ZeroMQ, ddpd keeps the barrier */
 } coll_kind;
 
 const char *coll_kind_name(coll_kind kind);
@@ -206,6 +207,8 @@ int comm_agree_min(comm *c, int32_t *value);
 int comm_fail(comm *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The job's end, if it has come, recorded as the failure; else 0. */
 int comm_check_end(comm *c);
+/* The same, or -EPIPE when rank r, whom call waits for, has left the job (ddpd says so). */
+int comm_check_peer(comm *c, int r, const comm_call *call);
 /* A frame whose header does not match the call it was received for: the error that says
  * who called what. */
 int comm_mismatch(comm *c, const comm_frame *f, const comm_call *call);

@@ -84,5 +84,7 @@ int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int
 /* collectives.c: the communication thread that runs async requests. */
 /* Waits until every async request has run, so the caller may use the data plane. */
 void coll_drain(ddp_group *g);
+/* ddp_barrier through the group's own collectives (shared memory), numbered as they are. */
+int coll_barrier(ddp_group *g);
 /* Stops the communication thread once its queue is empty. */
 void coll_shutdown(ddp_group *g);

@@ -1,6 +1,7 @@
 /* The end of a job, as the control thread learns it (an Abort from ddpd, ddpd lost, an
  * interrupt) or as this rank decides it (ddp_abort): raised once, read by every wait that
- * must give up with it, on any thread. */
+ * must give up with it, on any thread. And the ranks that have left the job (ddpd's
+ * heartbeats say which): a wait on one of them is over, though the job goes on. */
 #pragma once
 #include <stdatomic.h>
 #include <stdint.h>
@@ -14,6 +15,9 @@ typedef struct {
     atomic_flag raised;             /* taken by the one raise that counts */
     _Atomic int code;               /* the negative code that ended the job; 0 while it runs */
     char text[DDP_MAX_REASON + 64]; /* why, naming the rank */
+
+    /* by rank: 1 once ddpd says it left */
+    _Atomic unsigned char left[DDP_MAX_WORLD_SIZE];
 } job_end;
 
 /* The code that ended the job, or 0. */

@@ -200,7 +200,7 @@ static int wait_phase(comm *c, shm_plane *s, int r, uint64_t target, const comm_
     comm_report_waiting(c, r, call, 0); /* ddpd's stall report names r while this lasts */
     int err = 0;
     while (atomic_load(&h->posted) < target && err == 0) {
-        if ((err = comm_check_end(c)) < 0)
+        if ((err = comm_check_peer(c, r, call)) < 0)
             break;
         uint64_t now = clock_now_ms();
         if (now >= call->deadline_ms) {

@@ -768,12 +768,9 @@ START_TEST(test_heartbeat_limits) {
         uint32_t interval, liveness;
         int expected;
     } cases[] = {
-        {DDP_MIN_HEARTBEAT_MS, 1, 0},
-        {DDP_MAX_HEARTBEAT_MS, DDP_MAX_LIVENESS, 0},
-        {DDP_MIN_HEARTBEAT_MS - 1, 1, -EPROTO},
-        {DDP_MAX_HEARTBEAT_MS + 1, 1, -EPROTO},
-        {DDP_DEFAULT_HEARTBEAT_MS, 0, -EPROTO},
-        {DDP_DEFAULT_HEARTBEAT_MS, DDP_MAX_LIVENESS + 1, -EPROTO},
+        {DDP_MIN_HEARTBEAT_MS, 1, 0},           {DDP_MAX_HEARTBEAT_MS, DDP_MAX_LIVENESS, 0},
+        {DDP_MIN_HEARTBEAT_MS - 1, 1, -EPROTO}, {DDP_MAX_HEARTBEAT_MS + 1, 1, -EPROTO},
+        {DDP_DEFAULT_HEARTBEAT_MS, 0, -EPROTO}, {DDP_DEFAULT_HEARTBEAT_MS, DDP_MAX_LIVENESS + 1, -EPROTO},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         hb.interval_ms = cases[i].interval;
@@ -1208,7 +1205,8 @@ static void bad_join_host_del(parts *p) {
 }
 static void bad_join_host_utf8(parts *p) {
     build_join(p);
-    p->join.host = "n\xc3\xb8" "de";
+    p->join.host = "n\xc3\xb8"
+                   "de";
 }
 static void bad_join_host_empty(parts *p) {
     build_join(p);
@@ -1328,18 +1326,19 @@ static void bad_status_world(parts *p) {
 
 typedef struct {
     const char *name;
-    void (*build)(parts *p);  /* the envelope to send */
-    const uint8_t *raw;       /* or these bytes as the envelope frame */
+    void (*build)(parts *p); /* the envelope to send */
+    const uint8_t *raw;      /* or these bytes as the envelope frame */
     size_t raw_size;
-    size_t cut;               /* bytes cut off the end of the packed envelope */
-    bool identity_only;       /* a message that is nothing but a routing id */
+    size_t cut;         /* bytes cut off the end of the packed envelope */
+    bool identity_only; /* a message that is nothing but a routing id */
     int expected;
-    bool env_kept;            /* msg.env still set, so a reply is possible */
+    bool env_kept; /* msg.env still set, so a reply is possible */
 } hostile;
 
 static const hostile hostile_inputs[] = {
-    {"random bytes", RAW("\x8f\x3a\xd2\x71\x0c\xee\x45\x99\x13\xb7\x60\x2d\xfa\x08\x5e\xc1"
-                         "\x77\x94\x2b\xd0\x6a\x1f\xe3\x58\xac\x31\x86\xbd\x4f\x02\x9e\x67"),
+    {"random bytes",
+     RAW("\x8f\x3a\xd2\x71\x0c\xee\x45\x99\x13\xb7\x60\x2d\xfa\x08\x5e\xc1"
+         "\x77\x94\x2b\xd0\x6a\x1f\xe3\x58\xac\x31\x86\xbd\x4f\x02\x9e\x67"),
      .expected = -EBADMSG},
     {"overlong varint", RAW("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"), .expected = -EBADMSG},
     {"an HTTP request", RAW("GET / HTTP/1.1\r\nHost: ddpd\r\n\r\n"), .expected = -EBADMSG},
@@ -1501,6 +1500,40 @@ START_TEST(test_validate_direct) {
     p.welcome.world_size = 0;
     p.welcome.n_endpoints = 0;
     ck_assert_int_eq(wire_validate(&p.env, 0, err, sizeof(err)), -EPROTO);
+    build_welcome(&p); /* the ps socket's name: printable, at most 40 bytes */
+    p.welcome.ps_socket = "ddpd-ps-0123456789abcdef0123456789abcdef";
+    ck_assert_int_eq(wire_validate(&p.env, 0, err, sizeof(err)), 0);
+    p.welcome.ps_socket = "ddpd-ps-0123456789abcdef0123456789abcdef0";
+    ck_assert_int_eq(wire_validate(&p.env, 0, err, sizeof(err)), -EPROTO);
+    p.welcome.ps_socket = "ddpd\nps";
+    ck_assert_int_eq(wire_validate(&p.env, 0, err, sizeof(err)), -EPROTO);
+
+    /* ps pushes and averages: one payload frame, or none when in shared memory */
+    Ddp__GradPush push = DDP__GRAD_PUSH__INIT;
+    wire_envelope_init(&p.env, DDP__MSG_TYPE__GRAD_PUSH, "job", 0, 1, 3);
+    p.env.grad_push = &push;
+    ck_assert_int_eq(wire_validate(&p.env, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(wire_validate(&p.env, 0, err, sizeof(err)), -EPROTO);
+    push.shared = true;
+    ck_assert_int_eq(wire_validate(&p.env, 0, err, sizeof(err)), 0);
+    ck_assert_int_eq(wire_validate(&p.env, 1, err, sizeof(err)), -EPROTO);
+    ck_assert_msg(strstr(err, "grad-push message with 1 payload frames, not 0"), "%s", err);
+    Ddp__GradAvg avg = DDP__GRAD_AVG__INIT;
+    avg.shared = true;
+    wire_envelope_init(&p.env, DDP__MSG_TYPE__GRAD_AVG, "job", -1, 1, 0);
+    p.env.grad_avg = &avg;
+    ck_assert_int_eq(wire_validate(&p.env, 0, err, sizeof(err)), 0);
+    ck_assert_int_eq(wire_validate(&p.env, 1, err, sizeof(err)), -EPROTO);
+
+    /* the ranks that left, in ddpd's heartbeats: below the largest world */
+    build_heartbeat(&p);
+    uint32_t left[2] = {3, DDP_MAX_WORLD_SIZE - 1};
+    p.heartbeat.left = left;
+    p.heartbeat.n_left = 2;
+    ck_assert_int_eq(wire_validate(&p.env, 0, err, sizeof(err)), 0);
+    left[1] = DDP_MAX_WORLD_SIZE;
+    ck_assert_int_eq(wire_validate(&p.env, 0, err, sizeof(err)), -EPROTO);
+    ck_assert_msg(strstr(err, "heartbeat: rank 1024 out of range"), "%s", err);
 
     /* a small buffer is filled, truncated, and nothing past it is touched */
     char small[12];

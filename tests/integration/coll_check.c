@@ -288,6 +288,27 @@ static void run_data_movement(ddp_group *g, uint64_t count, ddp_dtype t, size_t 
     release(g, mine);
 }
 
+/* Many messages from rank 0 to rank 1, more than a mailbox holds, of two tags sent
+ * interleaved: rank 1 takes every tag-1 message first (the tag-0 ones wait aside), then
+ * the tag-0 ones; each in the order sent. Rank 0 is held while the mailbox is full. */
+static void run_flood(ddp_group *g) {
+    enum { MESSAGES = 1200, COUNT = 256 }; /* 1 KiB each: 1.2 MiB in all */
+    int32_t buf[COUNT];
+    if (rank == 0) {
+        for (int m = 0; m < MESSAGES; m++) {
+            for (int i = 0; i < COUNT; i++)
+                buf[i] = m * COUNT + i;
+            check_call(ddp_send(g, buf, COUNT, DDP_I32, 1, m % 2), g, "flood send", COUNT, DDP_I32, -1);
+        }
+    } else if (rank == 1) {
+        for (int tag = 1; tag >= 0; tag--)
+            for (int m = tag; m < MESSAGES; m += 2) {
+                check_call(ddp_recv(g, buf, COUNT, DDP_I32, 0, tag), g, "flood recv", COUNT, DDP_I32, -1);
+                EXPECT_ELEMENTS("flood recv", COUNT, DDP_I32, -1, COUNT, buf, (double)(m * COUNT + (int)i));
+            }
+    }
+}
+
 /* Several all-reduces in flight at once, overlapped with work on this thread. */
 static void run_async(ddp_group *g, int k) {
     uint64_t count = 300000;
@@ -353,6 +374,8 @@ int main(int argc, char **argv) {
     }
     if (async > 0)
         run_async(g, async);
+    if (world > 1)
+        run_flood(g);
     check_call(ddp_barrier(g), g, "barrier", 0, DDP_F32, -1);
     /* Same inputs, same bits on every run: the tests compare this line across runs. */
     printf("coll_check: digest of rank %d: %016llx\n", rank, (unsigned long long)digest);

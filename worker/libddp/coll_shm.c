@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "worker/libddp/coll.h"
+#include "worker/libddp/p2p_shm.h"
 #include "worker/libddp/shm.h"
 
 /* Up to this, every rank reduces all of it: one phase fewer than the slices, and at this
@@ -26,6 +27,7 @@ _Static_assert(SHM_CHUNK_BYTES <= SHM_BUFFER_BYTES, "a piece fits the staging bu
 typedef struct {
     shm_plane *plane;
     const char **inputs; /* world: a reduction's inputs, in rank order */
+    p2p_shm *p2p;        /* send and recv, through the mailboxes */
 } coll_shm;
 
 static coll_shm *state(const comm *c) {
@@ -312,7 +314,7 @@ static int coll_shm_run(comm *c, const coll_args *a) {
     case COLL_BARRIER:
         return barrier(c, a);
     case COLL_SEND:
-        break;
+        return a->receiving ? p2p_shm_recv(c, state(c)->p2p, a) : p2p_shm_send(c, state(c)->p2p, a);
     }
     return comm_fail(c, -EINVAL, "%s does not go through shared memory", coll_kind_name(a->call.kind));
 }
@@ -321,6 +323,7 @@ static void coll_shm_close(comm *c) {
     coll_shm *x = state(c);
     if (!x)
         return;
+    p2p_shm_close(x->p2p);
     shm_close_plane(x->plane);
     free(x->inputs);
     free(x);
@@ -351,6 +354,8 @@ int coll_shm_open(comm *c) {
         return comm_fail(c, -ENOMEM, "out of memory");
     }
     int r = shm_open_plane(c, &x->plane);
+    if (r == 0 && (r = p2p_shm_open(c, x->plane, &x->p2p)) < 0)
+        shm_close_plane(x->plane);
     if (r < 0) {
         free(x->inputs);
         free(x);

@@ -56,7 +56,7 @@ static int coll_execute(ddp_group *g, coll_args *a) {
         return g->failed;
     a->call.deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms;
     comm *c = &g->comm;
-    int r = c->collectives && a->call.kind != COLL_SEND ? c->collectives->run(c, a) : coll_dispatch(c, a);
+    int r = c->collectives ? c->collectives->run(c, a) : coll_dispatch(c, a);
     if (r < 0) /* a mismatched recv too: the rest of that message is still queued, out of step */
         g->failed = r;
     return r;

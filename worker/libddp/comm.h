@@ -124,9 +124,9 @@ typedef struct {
     uint64_t (*chunk_bytes)(const comm *c);
 } comm_transport;
 
-/* Whole collectives that a transport of its own runs (shared memory among the ranks of one
- * host, coll_shm.c), instead of the algorithms of coll_*.c over frames; point-to-point
- * stays with the frames' transport. */
+/* Whole collectives, point-to-point included, that a transport of its own runs (shared
+ * memory among the ranks of one host, coll_shm.c), instead of the algorithms of coll_*.c
+ * over frames (which it may still use, for a large message's data). */
 typedef struct {
     const char *name;
     int (*run)(comm *c, const struct coll_args *a);

@@ -43,17 +43,29 @@ char *shm_buffer(const shm_plane *s, int r) {
     return s->segments[r] + SHM_HEADER_BYTES;
 }
 
+char *shm_mailbox(const shm_plane *s, int from, int to) {
+    return s->segments[from] + SHM_HEADER_BYTES + SHM_BUFFER_BYTES + (size_t)to * shm_mailbox_bytes(s->world);
+}
+
 static long futex(_Atomic uint32_t *word, int op, uint32_t value, const struct timespec *timeout) {
     return syscall(SYS_futex, (uint32_t *)word, op, value, timeout, NULL, 0);
 }
 
+void shm_flag_set(shm_flag f, uint64_t value) {
+    atomic_store(f.value, value); /* release: what it vouches for is visible first */
+    atomic_store(f.word, (uint32_t)value);
+    if (atomic_load(f.sleepers))
+        futex(f.word, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static shm_flag posted(const shm_plane *s, int r) {
+    shm_head *h = head(s, r);
+    return (shm_flag){&h->posted, &h->word, &h->sleepers};
+}
+
 uint64_t shm_post(shm_plane *s) {
-    shm_head *h = head(s, s->rank);
     uint64_t phase = ++s->phase;
-    atomic_store(&h->posted, phase); /* release: what the buffer holds is visible first */
-    atomic_store(&h->word, (uint32_t)phase);
-    if (atomic_load(&h->sleepers))
-        futex(&h->word, FUTEX_WAKE, INT_MAX, NULL);
+    shm_flag_set(posted(s, s->rank), phase);
     return phase;
 }
 
@@ -185,21 +197,20 @@ int shm_region_close(comm *c, shm_plane *s, void *base) {
     return comm_fail(c, -EINVAL, "ddp_free: %p is not memory ddp_alloc gave", base);
 }
 
-static int wait_phase(comm *c, shm_plane *s, int r, uint64_t target, const comm_call *call) {
-    shm_head *h = head(s, r);
-    if (atomic_load_explicit(&h->posted, memory_order_acquire) >= target)
+int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t target, const comm_call *call) {
+    if (atomic_load_explicit(f.value, memory_order_acquire) >= target)
         return 0;
     uint64_t spin_until = clock_now_us() + SHM_SPIN_US;
     while (clock_now_us() < spin_until) {
         for (int i = 0; i < 64; i++)
-            if (atomic_load_explicit(&h->posted, memory_order_acquire) >= target)
+            if (atomic_load_explicit(f.value, memory_order_acquire) >= target)
                 return 0;
         if (s->crowded) /* r may be waiting for this very CPU */
             sched_yield();
     }
     comm_report_waiting(c, r, call, 0); /* ddpd's stall report names r while this lasts */
     int err = 0;
-    while (atomic_load(&h->posted) < target && err == 0) {
+    while (atomic_load(f.value) < target && err == 0) {
         if ((err = comm_check_peer(c, r, call)) < 0)
             break;
         uint64_t now = clock_now_ms();
@@ -209,14 +220,18 @@ static int wait_phase(comm *c, shm_plane *s, int r, uint64_t target, const comm_
         }
         uint64_t ms = call->deadline_ms - now < SHM_SLEEP_MS ? call->deadline_ms - now : SHM_SLEEP_MS;
         struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ms * 1000000L};
-        atomic_fetch_add(&h->sleepers, 1);
-        uint32_t seen = atomic_load(&h->word);
-        if (atomic_load(&h->posted) < target) /* no wake can be lost: the poster checks sleepers after */
-            futex(&h->word, FUTEX_WAIT, seen, &ts);
-        atomic_fetch_sub(&h->sleepers, 1);
+        atomic_fetch_add(f.sleepers, 1);
+        uint32_t seen = atomic_load(f.word);
+        if (atomic_load(f.value) < target) /* no wake can be lost: the setter checks sleepers after */
+            futex(f.word, FUTEX_WAIT, seen, &ts);
+        atomic_fetch_sub(f.sleepers, 1);
     }
     comm_report_waiting(c, -1, call, 0);
     return err;
+}
+
+static int wait_phase(comm *c, shm_plane *s, int r, uint64_t target, const comm_call *call) {
+    return shm_flag_wait(c, s, r, posted(s, r), target, call);
 }
 
 int shm_wait_all(comm *c, shm_plane *s, uint64_t target, const comm_call *call) {
@@ -237,7 +252,7 @@ void shm_close_plane(shm_plane *s) {
     if (!s)
         return;
     if (s->segments)
-        shm_unmap_all(s->segments, s->world, SHM_SEGMENT_BYTES);
+        shm_unmap_all(s->segments, s->world, shm_segment_bytes(s->world));
     free(s->segments);
     for (int id = 0; id < s->n_regions; id++)
         if (s->regions[id].maps) {
@@ -259,7 +274,7 @@ int shm_open_plane(comm *c, shm_plane **ret) {
     s->crowded = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < s->world;
     s->segments = calloc((size_t)s->world, sizeof(char *));
     s->inputs = calloc((size_t)s->world, sizeof(char *));
-    int r = s->segments && s->inputs ? shm_handover(c, "ddp-shm", SHM_SEGMENT_BYTES, s->segments) : -ENOMEM;
+    int r = s->segments && s->inputs ? shm_handover(c, "ddp-shm", shm_segment_bytes(s->world), s->segments) : -ENOMEM;
     if (r < 0) {
         if (r == -ENOMEM)
             comm_fail(c, r, "out of memory");

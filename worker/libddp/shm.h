@@ -7,6 +7,7 @@
  * socket (shm_handover.h). No process reads another by pid, and nothing outlives the
  * processes that map it. */
 #pragma once
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,22 @@ void shm_close_plane(shm_plane *s);
 
 /* The staging buffer of rank r (this rank's is written, the others' only read). */
 char *shm_buffer(const shm_plane *s, int r);
+/* The mailbox for messages from rank from to rank to: in from's segment, laid out as
+ * shm_layout.h says (shm_mailbox_head, then the ring). */
+char *shm_mailbox(const shm_plane *s, int from, int to);
+
+/* A counter in shared memory that one process raises and others wait on: the value, its
+ * low half as a futex word, and how many sleep on it. */
+typedef struct {
+    _Atomic uint64_t *value;
+    _Atomic uint32_t *word, *sleepers;
+} shm_flag;
+/* Raises f to value (release), waking its sleepers. */
+void shm_flag_set(shm_flag f, uint64_t value);
+/* Waits until f reaches target, as rank r sets it for call: spins a little, then sleeps
+ * on its futex in slices; ends with an error naming r at the job's end, r's leaving or
+ * the call's deadline. */
+int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t target, const comm_call *call);
 
 /* This rank has finished the next phase of the current collective: its buffer holds what
  * it promised. Returns that phase's number; every rank posts the same phases in the same

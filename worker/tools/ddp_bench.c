@@ -75,15 +75,17 @@ static const config_option bench_table[] = {
 
 static const config_spec bench_spec = {
     .program = "ddp-bench",
-    .usage = "all_reduce|all_gather|reduce_scatter|broadcast|reduce [OPTIONS]",
+    .usage = "all_reduce|all_gather|reduce_scatter|broadcast|reduce|sendrecv [OPTIONS]",
     .summary = "Times a collective over sizes from -b to -e, like nccl-tests: time, algbw, busbw, p50/p99.",
     .env_prefix = "DDP_BENCH_",
     .options = bench_table,
     .n_options = sizeof(bench_table) / sizeof(bench_table[0]),
 };
 
-typedef enum { B_ALL_REDUCE, B_ALL_GATHER, B_REDUCE_SCATTER, B_BROADCAST, B_REDUCE } bench_kind;
-static const char *const kind_names[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"};
+typedef enum { B_ALL_REDUCE, B_ALL_GATHER, B_REDUCE_SCATTER, B_BROADCAST, B_REDUCE, B_SENDRECV } bench_kind;
+static const char *const kind_names[] = {"all_reduce", "all_gather", "reduce_scatter",
+                                         "broadcast",  "reduce",     "sendrecv"};
+#define BENCH_KINDS (int)(sizeof(kind_names) / sizeof(kind_names[0]))
 
 static int parse_size(const char *s, uint64_t *ret) {
     char *end;
@@ -126,6 +128,14 @@ static int bench_call(ddp_group *g, const bench_ctx *c, uint64_t count) {
         return ddp_broadcast(g, c->recv, count, c->t, c->root);
     case B_REDUCE:
         return ddp_reduce(g, c->recv, count, c->t, c->op, c->root);
+    case B_SENDRECV: { /* a round trip between ranks 0 and 1: rank 1 sends back what it got */
+        int r = 0;
+        if (c->rank == 0 && (r = ddp_send(g, c->send, count, c->t, 1, 0)) == 0)
+            r = ddp_recv(g, c->recv, count, c->t, 1, 0);
+        else if (c->rank == 1 && (r = ddp_recv(g, c->recv, count, c->t, 0, 0)) == 0)
+            r = ddp_send(g, c->recv, count, c->t, 0, 0);
+        return r;
+    }
     }
     return -EINVAL;
 }
@@ -189,8 +199,9 @@ static long bench_check(ddp_group *g, const bench_ctx *c, uint64_t count) {
     for (uint64_t i = 0; i < check_n; i++) {
         if (reduced) {
             wrong += memcmp((char *)c->recv + i * c->es, want, c->es) != 0;
-        } else if (c->kind == B_ALL_GATHER || c->kind == B_BROADCAST) {
-            bench_fill(c, x, 1, c->kind == B_ALL_GATHER ? (int)(i / count) : c->root);
+        } else if (c->kind == B_ALL_GATHER || c->kind == B_BROADCAST || (c->kind == B_SENDRECV && c->rank < 2)) {
+            /* sendrecv: ranks 0 and 1 both hold what rank 0 sent */
+            bench_fill(c, x, 1, c->kind == B_ALL_GATHER ? (int)(i / count) : c->kind == B_SENDRECV ? 0 : c->root);
             wrong += memcmp((char *)c->recv + i * c->es, x, c->es) != 0;
         }
     }
@@ -292,6 +303,11 @@ static int bench_rank(const bench_options *o, bench_kind kind, uint64_t min_byte
             calls_us += lat[i];
         }
         double avg = (cold ? calls_us : (double)(clock_now_us() - t0)) / iters;
+        if (kind == B_SENDRECV) { /* one way: half the round trip */
+            avg /= 2;
+            for (int i = 0; i < iters; i++)
+                lat[i] /= 2;
+        }
         if (r == 0) /* the slowest rank's average, as nccl-tests and the gloo anchor report */
             r = ddp_all_reduce(g, &avg, 1, DDP_F64, DDP_MAX);
         long wrong = 0;
@@ -398,14 +414,14 @@ int main(int argc, char **argv) {
         goto out;
     }
     bool found = false;
-    for (int i = 0; first < argc && i < 5; i++)
+    for (int i = 0; first < argc && i < BENCH_KINDS; i++)
         if (!strcmp(argv[first], kind_names[i])) {
             kind = (bench_kind)i;
             found = true;
         }
     if (!found || first + 1 < argc) {
-        fprintf(stderr,
-                "ddp-bench: name one collective: all_reduce, all_gather, reduce_scatter, broadcast or reduce\n");
+        fprintf(stderr, "ddp-bench: name one collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce or "
+                        "sendrecv\n");
         code = 2;
         goto out;
     }

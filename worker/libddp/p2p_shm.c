@@ -1,0 +1,188 @@
+#include "worker/libddp/p2p_shm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "worker/libddp/shm_layout.h"
+
+/* A message read out of its mailbox before its recv came. */
+typedef struct early {
+    shm_record rec;
+    char *data; /* NULL when remote: the data waits in ZeroMQ's queue */
+    struct early *next;
+} early;
+
+struct p2p_shm {
+    shm_plane *plane;
+    int world;
+    early **head, **tail; /* (world) per sender, in send order */
+};
+
+typedef struct {
+    shm_mailbox_head *h;
+    char *ring;
+    uint64_t size;
+} mailbox;
+
+static mailbox mailbox_of(const p2p_shm *p, int from, int to) {
+    char *m = shm_mailbox(p->plane, from, to);
+    return (mailbox){(shm_mailbox_head *)m, m + sizeof(shm_mailbox_head),
+                     shm_mailbox_bytes(p->world) - sizeof(shm_mailbox_head)};
+}
+
+static shm_flag written(mailbox b) {
+    return (shm_flag){&b.h->written, &b.h->word, &b.h->sleepers};
+}
+
+static shm_flag consumed(mailbox b) {
+    return (shm_flag){&b.h->consumed, &b.h->consumed_word, &b.h->consumed_sleepers};
+}
+
+static void ring_put(mailbox b, uint64_t at, const void *src, size_t n) {
+    size_t off = (size_t)(at % b.size), first = n < b.size - off ? n : b.size - off;
+    memcpy(b.ring + off, src, first);
+    memcpy(b.ring, (const char *)src + first, n - first);
+}
+
+static void ring_get(mailbox b, uint64_t at, void *dst, size_t n) {
+    size_t off = (size_t)(at % b.size), first = n < b.size - off ? n : b.size - off;
+    memcpy(dst, b.ring + off, first);
+    memcpy((char *)dst + first, b.ring, n - first);
+}
+
+static uint64_t padded(uint64_t bytes) {
+    return (bytes + 7) & ~(uint64_t)7;
+}
+
+/* Messages up to a quarter of the ring travel in it; larger ones over ZeroMQ. */
+static bool fits(mailbox b, uint64_t bytes) {
+    return bytes <= b.size / 4;
+}
+
+int p2p_shm_open(comm *c, shm_plane *s, p2p_shm **ret) {
+    p2p_shm *p = calloc(1, sizeof(*p));
+    if (p) {
+        *p = (p2p_shm){.plane = s, .world = c->peers.world};
+        p->head = calloc((size_t)p->world, sizeof(early *));
+        p->tail = calloc((size_t)p->world, sizeof(early *));
+    }
+    if (!p || !p->head || !p->tail) {
+        p2p_shm_close(p);
+        return comm_fail(c, -ENOMEM, "out of memory");
+    }
+    *ret = p;
+    return 0;
+}
+
+void p2p_shm_close(p2p_shm *p) {
+    if (!p)
+        return;
+    for (int r = 0; p->head && r < p->world; r++)
+        while (p->head[r]) {
+            early *e = p->head[r];
+            p->head[r] = e->next;
+            free(e->data);
+            free(e);
+        }
+    free(p->head);
+    free(p->tail);
+    free(p);
+}
+
+int p2p_shm_send(comm *c, p2p_shm *p, const coll_args *a) {
+    const comm_call *call = &a->call;
+    int dst = call->root;
+    uint64_t bytes = call->count * dtype_size(call->t);
+    mailbox b = mailbox_of(p, c->peers.rank, dst);
+    bool remote = !fits(b, bytes);
+    uint64_t need = sizeof(shm_record) + (remote ? 0 : padded(bytes));
+    uint64_t at = atomic_load(&b.h->written); /* this rank's own counter */
+    if (at + need > b.size)                   /* room: the receiver has taken enough */
+        TRY(shm_flag_wait(c, p->plane, dst, consumed(b), at + need - b.size, call));
+    shm_record rec = {.tag = a->tag, .dtype = (uint8_t)call->t, .remote = remote, .count = call->count};
+    ring_put(b, at, &rec, sizeof(rec));
+    if (!remote)
+        ring_put(b, at + sizeof(rec), a->send, bytes);
+    shm_flag_set(written(b), at + need);
+    if (remote) /* its place in the order is taken: the data follows over ZeroMQ */
+        return coll_send(c, a);
+    comm_count_sent(c, dst, bytes);
+    return 0;
+}
+
+/* The message rec (its data in the ring at data_at, or in data, or remote) into the
+ * caller's buffer, once it is what the call expects. */
+static int deliver(comm *c, const coll_args *a, const shm_record *rec, mailbox b, uint64_t data_at, const char *data) {
+    const comm_call *call = &a->call;
+    int src = call->root;
+    if (rec->dtype != (uint8_t)call->t || rec->count != call->count) {
+        comm_frame f = {
+            .h = {.src = src, .kind = COLL_SEND, .dtype = rec->dtype, .count = rec->count, .tag = rec->tag}};
+        return comm_mismatch(c, &f, call);
+    }
+    if (rec->remote)
+        return coll_recv(c, a);
+    uint64_t bytes = call->count * dtype_size(call->t);
+    if (data)
+        memcpy(a->recv, data, bytes);
+    else
+        ring_get(b, data_at, a->recv, bytes);
+    comm_count_received(c, src, bytes);
+    return 0;
+}
+
+int p2p_shm_recv(comm *c, p2p_shm *p, const coll_args *a) {
+    const comm_call *call = &a->call;
+    int src = call->root;
+    /* one read out before, for this tag */
+    for (early **e = &p->head[src], *prev = NULL; *e; prev = *e, e = &(*e)->next) {
+        if ((*e)->rec.tag != a->tag)
+            continue;
+        early *found = *e;
+        *e = found->next;
+        if (p->tail[src] == found)
+            p->tail[src] = prev;
+        mailbox none = {0};
+        int r = deliver(c, a, &found->rec, none, 0, found->data);
+        free(found->data);
+        free(found);
+        return r;
+    }
+    mailbox b = mailbox_of(p, src, c->peers.rank);
+    for (;;) {
+        uint64_t at = atomic_load(&b.h->consumed); /* this rank's own counter */
+        TRY(shm_flag_wait(c, p->plane, src, written(b), at + sizeof(shm_record), call));
+        shm_record rec;
+        ring_get(b, at, &rec, sizeof(rec));
+        uint64_t bytes = rec.count * dtype_size(rec.dtype < DTYPE_COUNT ? (dtype)rec.dtype : DTYPE_U8);
+        if (!dtype_valid(rec.dtype) || rec.remote > 1 || rec.count > UINT64_MAX / 8 || (!rec.remote && !fits(b, bytes)))
+            return comm_fail(c, -EPROTO,
+                             "recv: rank %d's mailbox holds a record that is not one (tag %d, %llu elements)", src,
+                             (int)rec.tag, (unsigned long long)rec.count);
+        uint64_t need = sizeof(rec) + (rec.remote ? 0 : padded(bytes));
+        if (atomic_load(&b.h->written) < at + need)
+            return comm_fail(c, -EPROTO, "recv: rank %d's mailbox ends inside a message", src);
+        if (rec.tag == a->tag) {
+            int r = deliver(c, a, &rec, b, at + sizeof(rec), NULL);
+            shm_flag_set(consumed(b), at + need);
+            return r;
+        }
+        /* another tag's: out of the ring, so that the sender can go on, until its recv */
+        early *e = calloc(1, sizeof(*e));
+        if (!e || (!rec.remote && !(e->data = malloc(bytes ? bytes : 1)))) {
+            free(e);
+            return comm_fail(c, -ENOMEM, "out of memory for a message of %llu bytes from rank %d",
+                             (unsigned long long)bytes, src);
+        }
+        e->rec = rec;
+        if (!rec.remote)
+            ring_get(b, at + sizeof(rec), e->data, bytes);
+        shm_flag_set(consumed(b), at + need);
+        if (p->tail[src])
+            p->tail[src]->next = e;
+        else
+            p->head[src] = e;
+        p->tail[src] = e;
+    }
+}

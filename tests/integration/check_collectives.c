@@ -326,44 +326,58 @@ START_TEST(test_peer_stopped) {
 }
 END_TEST
 
-/* Two "hosts" (DDP_HOST): ranks 0 and 1 on one, 2 and 3 on the other. Shared memory needs
- * every rank on one host, so the job runs over ZeroMQ, with the right results; asking for
- * shm there is an error, on every rank, that says why. On one host, one rank that asks for
- * ZeroMQ takes the others with it (they agree, or they would wait on each other forever). */
+/* "Hosts" by DDP_HOST, one letter a rank. Ranks on one host share memory and talk to the
+ * others over ZeroMQ (shm+zmq), with the bits of an all-ZeroMQ job (the digests agree),
+ * on hosts of two ranks each and on interleaved ones (rank 1 alone, 0 and 2 together).
+ * Asking for shm there is an error, on every rank, that says why. On one host, one rank
+ * that asks for ZeroMQ takes the others with it (they agree, or they would wait on each
+ * other forever). */
 START_TEST(test_mixed_hosts) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
     static const struct {
-        const char *job, *transport[4], *expected;
-        bool two_hosts;
-        int world, code;
+        const char *job, *hosts, *transport[4], *expected;
+        int code;
+        int same_bits_as; /* the run whose digests these must equal; -1: none */
     } runs[] = {
-        {"two-hosts", {"auto", "auto", "auto", "auto"}, "uses zmq", true, 4, 0},
+        {"two-hosts", "aabb", {"auto", "auto", "auto", "auto"}, "uses shm+zmq", 0, -1},
+        {"two-hosts-zmq", "aabb", {"zmq", "auto", "auto", "auto"}, "uses zmq", 0, 0},
+        {"interleaved", "aba", {"auto", "auto", "auto"}, "uses shm+zmq", 0, -1},
+        {"interleaved-zmq", "aba", {"zmq", "zmq", "zmq"}, "uses zmq", 0, 2},
         {"two-hosts-shm",
+         "aabb",
          {"shm", "shm", "shm", "shm"},
          "transport shm: the job's ranks are not all on this host",
-         true,
-         4,
-         2},
-        {"one-asks-zmq", {"zmq", "auto"}, "uses zmq", false, 2, 0},
+         2,
+         -1},
+        {"one-asks-zmq", "aa", {"zmq", "auto"}, "uses zmq", 0, -1},
     };
-    for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+    enum { RUNS = sizeof(runs) / sizeof(runs[0]) };
+    char digests[RUNS][4][80];
+    for (int k = 0; k < RUNS; k++) {
+        int world = (int)strlen(runs[k].hosts);
         proc ranks[4];
-        for (int r = 0; r < runs[k].world; r++) {
+        for (int r = 0; r < world; r++) {
             char host[32], transport[32];
-            snprintf(host, sizeof(host), "DDP_HOST=host-%c", runs[k].two_hosts && r >= 2 ? 'b' : 'a');
+            snprintf(host, sizeof(host), "DDP_HOST=host-%c", runs[k].hosts[r]);
             snprintf(transport, sizeof(transport), "DDP_TRANSPORT=%s", runs[k].transport[r]);
             const char *argv[] = {"/usr/bin/env",     host, transport, COLL_CHECK_PATH, "--counts",
                                   "0,1,7,1000,70000", NULL};
-            rank_start(&ranks[r], &d, runs[k].world, r, runs[k].job, argv);
+            rank_start(&ranks[r], &d, world, r, runs[k].job, argv);
         }
-        for (int r = 0; r < runs[k].world; r++) {
+        for (int r = 0; r < world; r++) {
             int code = proc_wait(&ranks[r], WAIT_MS);
             ck_assert_msg(code == runs[k].code, "%s: rank %d exited %d:\n%s", runs[k].job, r, code,
                           proc_output(&ranks[r]));
             ck_assert_msg(strstr(proc_output(&ranks[r]), runs[k].expected), "%s: rank %d: expected '%s' in:\n%s",
                           runs[k].job, r, runs[k].expected, proc_output(&ranks[r]));
             ck_assert_msg(runs[k].code || strstr(proc_output(&ranks[r]), " 0 failed"), "%s", proc_output(&ranks[r]));
+            if (runs[k].code == 0)
+                digest_of(&ranks[r], r, digests[k][r], sizeof(digests[k][r]));
+            int other = runs[k].same_bits_as;
+            if (other >= 0)
+                ck_assert_msg(strcmp(digests[k][r], digests[other][r]) == 0, "%s: rank %d: '%s' where %s gave '%s'",
+                              runs[k].job, r, digests[k][r], runs[other].job, digests[other][r]);
             proc_close(&ranks[r]);
         }
     }

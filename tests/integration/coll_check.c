@@ -309,6 +309,24 @@ static void run_flood(ddp_group *g) {
     }
 }
 
+/* Ranks 2k and 2k+1 each send the other more than a mailbox holds before either
+ * receives: neither may wait on the other for room (a full mailbox's sender copies out
+ * what arrives meanwhile). */
+static void run_exchange(ddp_group *g) {
+    enum { COUNT = 300000 }; /* 1.2 MiB */
+    int peer = rank ^ 1;
+    if (peer >= world)
+        return;
+    int32_t *out = malloc(COUNT * sizeof(int32_t)), *in = malloc(COUNT * sizeof(int32_t));
+    for (int i = 0; i < COUNT; i++)
+        out[i] = rank * COUNT + i;
+    check_call(ddp_send(g, out, COUNT, DDP_I32, peer, 3), g, "exchange send", COUNT, DDP_I32, -1);
+    check_call(ddp_recv(g, in, COUNT, DDP_I32, peer, 3), g, "exchange recv", COUNT, DDP_I32, -1);
+    EXPECT_ELEMENTS("exchange recv", COUNT, DDP_I32, -1, COUNT, in, (double)(peer * COUNT + (int)i));
+    free(out);
+    free(in);
+}
+
 /* Several all-reduces in flight at once, overlapped with work on this thread. */
 static void run_async(ddp_group *g, int k) {
     uint64_t count = 300000;
@@ -374,8 +392,10 @@ int main(int argc, char **argv) {
     }
     if (async > 0)
         run_async(g, async);
-    if (world > 1)
+    if (world > 1) {
         run_flood(g);
+        run_exchange(g);
+    }
     check_call(ddp_barrier(g), g, "barrier", 0, DDP_F32, -1);
     /* Same inputs, same bits on every run: the tests compare this line across runs. */
     printf("coll_check: digest of rank %d: %016llx\n", rank, (unsigned long long)digest);

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/limits.h"
 
 _Static_assert(sizeof(comm_header) == 72, "the header is 72 bytes on the wire");
 
@@ -41,6 +42,9 @@ int comm_start(comm *c, const comm_peers *peers) {
 void comm_close(comm *c, bool job_failed) {
     if (c->collectives)
         c->collectives->close(c);
+    if (c->local)
+        c->local->close(c, job_failed);
+    c->local = NULL;
     if (c->transport)
         c->transport->close(c, job_failed);
     free(c->stats.sent_to);
@@ -84,6 +88,56 @@ int comm_agree_min(comm *c, int32_t *value) {
     return 0;
 }
 
+comm_header comm_header_of(const comm *c, const comm_call *call, int32_t tag, uint64_t offset, uint64_t n) {
+    return (comm_header){
+        .magic = COMM_MAGIC,
+        .version = COMM_VERSION,
+        .kind = (uint8_t)call->kind,
+        .dtype = (uint8_t)call->t,
+        .op = (uint8_t)call->op,
+        .src = c->peers.rank,
+        .tag = tag,
+        .root = call->root,
+        .generation = c->peers.generation,
+        .seq = call->seq,
+        .count = call->count,
+        .offset = offset,
+        .n = n,
+    };
+}
+
+const char *comm_header_invalid(const comm *c, const comm_header *h) {
+    if (h->magic != COMM_MAGIC || h->version != COMM_VERSION)
+        return "a bad magic or version";
+    if (h->src < 0 || h->src >= c->peers.world || h->src == c->peers.rank)
+        return "an impossible source rank";
+    if (h->generation != c->peers.generation)
+        return "a message from another generation of the job";
+    if (!dtype_valid(h->dtype) || !reduce_op_valid(h->op) || h->kind < COLL_SEND || h->kind > COLL_REDUCE_SCATTER)
+        return "an unknown kind, dtype or op";
+    if (h->flags || h->n > DDP_MAX_DATA_MSG_BYTES)
+        return "unknown flags or too many elements";
+    return NULL;
+}
+
+int comm_data_copy_to(comm *c, comm_frame *f, void *dst) {
+    (void)c;
+    memcpy(dst, f->data, f->h.n * dtype_size(f->h.dtype));
+    return 0;
+}
+
+int comm_data_of(comm *c, comm_frame *f, const void **ret_data) {
+    (void)c;
+    *ret_data = f->data;
+    return 0;
+}
+
+int comm_data_reduce_pair(comm *c, comm_frame *f, void *dst, const void *own, reduce_op op) {
+    (void)c;
+    reduce_pair(dst, f->data, own, f->h.n, f->h.dtype, op);
+    return 0;
+}
+
 int comm_fail(comm *c, int err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -118,6 +172,13 @@ int comm_mismatch(comm *c, const comm_frame *f, const comm_call *call) {
                      (unsigned long long)call->seq, h->src, coll_kind_name(h->kind), (unsigned long long)h->count,
                      dtype_name(h->dtype), reduce_op_name(h->op), h->root, coll_kind_name(call->kind),
                      (unsigned long long)call->count, dtype_name(call->t), reduce_op_name(call->op), call->root);
+}
+
+int comm_check_frame(comm *c, const comm_frame *f, const comm_call *call) {
+    const comm_header *h = &f->h;
+    bool same = h->kind == call->kind && h->dtype == call->t && h->count == call->count &&
+                (call->kind == COLL_SEND || (h->op == call->op && h->root == call->root));
+    return same ? 0 : comm_mismatch(c, f, call);
 }
 
 int comm_expect_range(comm *c, const comm_frame *f, const comm_call *call, uint64_t offset, uint64_t n) {

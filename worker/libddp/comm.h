@@ -57,10 +57,13 @@ typedef struct {
     uint64_t addr;   /* the transport's */
 } comm_header;
 
+struct comm_transport;
+
 /* A received frame; the transport's own state follows it. */
 typedef struct {
     comm_header h;
-    const void *data; /* the elements, aligned for their dtype, once read */
+    const void *data;                       /* the elements, aligned for their dtype, once read */
+    const struct comm_transport *transport; /* whose frame it is */
 } comm_frame;
 
 /* What a wait expects of a frame; the rest of the header must match the caller's call. */
@@ -80,7 +83,9 @@ typedef struct {
     uint64_t generation;
     char **endpoints;     /* every rank's data endpoint, in rank order */
     const uint32_t *pids; /* every rank's pid */
+    const bool *here;     /* every rank: whether it runs on this host (this rank does) */
     bool one_host;        /* every rank runs on this host */
+    bool hosts_shared;    /* some host runs two ranks or more (the same on every rank) */
 } comm_peers;
 
 /* What this rank moved: payload bytes and messages, in all and per peer. */
@@ -92,7 +97,7 @@ typedef struct {
 typedef struct comm comm;
 struct coll_args;
 
-typedef struct {
+typedef struct comm_transport {
     const char *name;
     /* Before the job forms: listens where peers will find this rank (endpoint as given,
      * possibly with a wildcard); ret_endpoint is what to advertise. */
@@ -139,7 +144,11 @@ typedef struct {
 
 struct comm {
     const comm_transport *transport;
-    void *impl;                          /* the transport's state */
+    void *impl; /* the transport's state */
+    /* In a job on several hosts, frames between the ranks of this host go through shared
+     * memory (comm_mailbox.c), with its state; NULL: every frame takes transport. */
+    const comm_transport *local;
+    void *local_impl;
     const comm_collectives *collectives; /* NULL: the algorithms over frames */
     void *collectives_impl;
     comm_peers peers;
@@ -156,6 +165,11 @@ struct comm {
 
 /* The data plane over ZeroMQ (comm_zmq.c), with a ZeroMQ context of its own. */
 int comm_zmq_open(comm *c);
+/* Once the data plane has started, in a job on several hosts: frames between the ranks of
+ * this host through mailboxes in shared memory (comm_mailbox.c), the rest as before. A
+ * collective of the job: every rank calls it (those alone on their host too, as the frames'
+ * size changes with it). */
+int comm_mailbox_open(comm *c);
 
 /* Before the job forms: listens where the peers will find this rank (endpoint as given,
  * possibly with a wildcard); ret_endpoint is what to advertise at join. */
@@ -167,37 +181,56 @@ static inline int comm_listen(comm *c, const char *endpoint, char *ret_endpoint,
 int comm_start(comm *c, const comm_peers *peers);
 void comm_close(comm *c, bool job_failed);
 
-/* The transport's functions, on the data plane. */
+/* The transport that carries frames between this rank and peer. */
+static inline const comm_transport *comm_route(const comm *c, int peer) {
+    return c->local && c->peers.here[peer] ? c->local : c->transport;
+}
+
+/* The transports' functions, on the data plane. */
 static inline int comm_send(comm *c, int dst, const comm_call *call, int32_t tag, uint64_t offset, const void *data,
                             uint64_t n, bool zero_copy) {
-    return c->transport->send(c, dst, call, tag, offset, data, n, zero_copy);
+    return comm_route(c, dst)->send(c, dst, call, tag, offset, data, n, zero_copy);
 }
 static inline int comm_recv(comm *c, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame) {
-    return c->transport->recv(c, src, call, tag, ret_frame);
+    return comm_route(c, src)->recv(c, src, call, tag, ret_frame);
 }
 static inline int comm_frame_copy_to(comm *c, comm_frame *f, void *dst) {
-    return c->transport->frame_copy_to(c, f, dst);
+    return f->transport->frame_copy_to(c, f, dst);
 }
 static inline int comm_frame_data(comm *c, comm_frame *f, const void **ret_data) {
-    return c->transport->frame_data(c, f, ret_data);
+    return f->transport->frame_data(c, f, ret_data);
 }
 static inline int comm_frame_reduce_pair(comm *c, comm_frame *f, void *dst, const void *own, reduce_op op) {
-    return c->transport->frame_reduce_pair(c, f, dst, own, op);
+    return f->transport->frame_reduce_pair(c, f, dst, own, op);
 }
 static inline void comm_frame_free(comm *c, comm_frame *f) {
+    (void)c;
     if (f)
-        c->transport->frame_free(f);
+        f->transport->frame_free(f);
 }
+/* (Only transport holds buffers: the local one copies.) */
 static inline int comm_finish(comm *c, int result, uint64_t deadline_ms) {
     return c->transport->finish(c, result, deadline_ms);
 }
 static inline bool comm_buffers_exposed(const comm *c) {
     return c->transport->buffers_exposed(c);
 }
-/* Elements per frame for a dtype. */
+/* Elements per frame for a dtype: what both transports carry. */
 static inline uint64_t comm_chunk_elems(const comm *c, dtype t) {
-    return c->transport->chunk_bytes(c) / dtype_size(t);
+    uint64_t bytes = c->transport->chunk_bytes(c);
+    if (c->local && c->local->chunk_bytes(c) < bytes)
+        bytes = c->local->chunk_bytes(c);
+    return bytes / dtype_size(t);
 }
+
+/* For transports: the header of a frame this rank sends for call. */
+comm_header comm_header_of(const comm *c, const comm_call *call, int32_t tag, uint64_t offset, uint64_t n);
+/* Why a received header cannot be a frame of this job for this rank (NULL when it can). */
+const char *comm_header_invalid(const comm *c, const comm_header *h);
+/* The frame functions of a transport whose frames hold their elements at f->data. */
+int comm_data_copy_to(comm *c, comm_frame *f, void *dst);
+int comm_data_of(comm *c, comm_frame *f, const void **ret_data);
+int comm_data_reduce_pair(comm *c, comm_frame *f, void *dst, const void *own, reduce_op op);
 
 /* Every rank's value becomes the least of them: it goes round the ring from rank 0 to rank
  * n-1 and back (2(n-1) small frames, on the data plane's own tags). For agreeing at set-up. */
@@ -212,6 +245,9 @@ int comm_check_peer(comm *c, int r, const comm_call *call);
 /* A frame whose header does not match the call it was received for: the error that says
  * who called what. */
 int comm_mismatch(comm *c, const comm_frame *f, const comm_call *call);
+/* comm_mismatch unless the frame is of the call (its kind, dtype, count, and for a
+ * collective its op and root). */
+int comm_check_frame(comm *c, const comm_frame *f, const comm_call *call);
 /* Checks that a received frame carries exactly [offset, offset + n). */
 int comm_expect_range(comm *c, const comm_frame *f, const comm_call *call, uint64_t offset, uint64_t n);
 /* A wait blocks on src for the call (tag for point-to-point), or no longer (src -1). */

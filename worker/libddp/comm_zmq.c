@@ -3,8 +3,9 @@
  * Each rank binds one PULL socket (advertised at join) and connects a PUSH socket to each
  * peer it sends to, lazily. A message is [header][payload]. Messages that arrive before
  * anyone asks for them wait in a per-source matching queue. Every wait polls the socket
- * and the job's end together, with a deadline. Between hosts, and for point-to-point
- * messages; the collectives of ranks on one host go through shared memory (shm.c). */
+ * and the job's end together, with a deadline, and notices when ddpd says its peer left.
+ * Between hosts, and on one host where shared memory was not chosen (ranks on one host
+ * share memory instead: coll_shm.c when every rank is on it, comm_mailbox.c otherwise). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -24,6 +25,7 @@
 #define ZMQ_SOCKET_BUFFER (4 << 20)       /* kernel buffers: fewer wake-ups per megabyte (capped by wmem_max) */
 #define ZMQ_ZERO_COPY_MIN (64u << 10)     /* below this a copy is cheaper than the bookkeeping */
 #define ZMQ_MAX_QUEUED_BYTES (1ull << 30) /* early arrivals held at once */
+#define ZMQ_PEER_CHECK_MS 100             /* a wait checks this often whether its peer left */
 
 typedef struct zmq_frame {
     comm_frame f; /* first: the data plane's view */
@@ -142,21 +144,7 @@ static int zmq_send_frame(comm *c, int dst, const comm_call *call, int32_t tag, 
     zmq_plane *p = plane(c);
     void *s = NULL;
     TRY(zmq_peer_socket(c, dst, &s));
-    comm_header h = {
-        .magic = COMM_MAGIC,
-        .version = COMM_VERSION,
-        .kind = (uint8_t)call->kind,
-        .dtype = (uint8_t)call->t,
-        .op = (uint8_t)call->op,
-        .src = c->peers.rank,
-        .tag = tag,
-        .root = call->root,
-        .generation = c->peers.generation,
-        .seq = call->seq,
-        .count = call->count,
-        .offset = offset,
-        .n = n,
-    };
+    comm_header h = comm_header_of(c, call, tag, offset, n);
     size_t bytes = (size_t)n * dtype_size(call->t);
     zmq_msg_t m;
     if (zero_copy && bytes >= ZMQ_ZERO_COPY_MIN) {
@@ -181,24 +169,6 @@ static int zmq_send_frame(comm *c, int dst, const comm_call *call, int32_t tag, 
     return 0;
 }
 
-static int zmq_frame_copy_to(comm *c, comm_frame *f, void *dst) {
-    (void)c;
-    memcpy(dst, f->data, f->h.n * dtype_size(f->h.dtype));
-    return 0;
-}
-
-static int zmq_frame_data(comm *c, comm_frame *f, const void **ret_data) {
-    (void)c;
-    *ret_data = f->data;
-    return 0;
-}
-
-static int zmq_frame_reduce_pair(comm *c, comm_frame *f, void *dst, const void *own, reduce_op op) {
-    (void)c;
-    reduce_pair(dst, f->data, own, f->h.n, f->h.dtype, op);
-    return 0;
-}
-
 /* Reads one message from the data socket into the matching queue, or drops it. */
 static void zmq_read_one(comm *c) {
     zmq_plane *p = plane(c);
@@ -214,6 +184,7 @@ static void zmq_read_one(comm *c) {
         return;
     }
     zmq_msg_init(&z->payload);
+    z->f.transport = c->transport;
     zmq_getsockopt(p->pull, ZMQ_RCVMORE, &more, &more_size);
     if (zmq_msg_size(&head) != sizeof(comm_header) || !more)
         why = "a frame that is not a data header";
@@ -233,19 +204,8 @@ static void zmq_read_one(comm *c) {
         why = why ? why : "more than two frames";
     }
     const comm_header *h = &z->f.h;
-    if (!why) {
-        if (h->magic != COMM_MAGIC || h->version != COMM_VERSION)
-            why = "a bad magic or version";
-        else if (h->src < 0 || h->src >= c->peers.world || h->src == c->peers.rank)
-            why = "an impossible source rank";
-        else if (h->generation != c->peers.generation)
-            why = "a message from another generation of the job";
-        else if (!dtype_valid(h->dtype) || !reduce_op_valid(h->op) || h->kind < COLL_SEND ||
-                 h->kind > COLL_REDUCE_SCATTER)
-            why = "an unknown kind, dtype or op";
-        else if (h->flags || h->n > DDP_MAX_DATA_MSG_BYTES)
-            why = "unknown flags or too many elements";
-        else if (zmq_msg_size(&z->payload) != h->n * dtype_size(h->dtype))
+    if (!why && !(why = comm_header_invalid(c, h))) {
+        if (zmq_msg_size(&z->payload) != h->n * dtype_size(h->dtype))
             why = "a payload whose size does not match its header";
         else if (p->queued_bytes + zmq_msg_size(&z->payload) > ZMQ_MAX_QUEUED_BYTES)
             why = "more early data than the matching queue holds";
@@ -307,11 +267,8 @@ static int zmq_recv_frame(comm *c, int src, const comm_call *call, int32_t tag, 
         if (z && waiting)
             comm_report_waiting(c, -1, call, tag);
         if (z) {
-            const comm_header *h = &z->f.h;
-            bool same = h->kind == call->kind && h->dtype == call->t && h->count == call->count &&
-                        (call->kind == COLL_SEND || (h->op == call->op && h->root == call->root));
-            if (!same) {
-                int r = comm_mismatch(c, &z->f, call);
+            int r = comm_check_frame(c, &z->f, call);
+            if (r < 0) {
                 zmq_frame_free(&z->f);
                 return r;
             }
@@ -322,7 +279,13 @@ static int zmq_recv_frame(comm *c, int src, const comm_call *call, int32_t tag, 
             comm_report_waiting(c, src, call, tag);
             waiting = true;
         }
-        int r = zmq_poll_data(c, call->deadline_ms);
+        /* in slices: ddpd may say meanwhile that src has left */
+        uint64_t slice = clock_now_ms() + ZMQ_PEER_CHECK_MS;
+        int r = comm_check_peer(c, src, call);
+        if (r == 0)
+            r = zmq_poll_data(c, slice < call->deadline_ms ? slice : call->deadline_ms);
+        if (r == -ETIMEDOUT && clock_now_ms() < call->deadline_ms)
+            continue;
         if (r < 0)
             comm_report_waiting(c, -1, call, tag);
         if (r != -ETIMEDOUT)
@@ -454,9 +417,9 @@ static const comm_transport zmq_transport = {
     .close = zmq_close_plane,
     .send = zmq_send_frame,
     .recv = zmq_recv_frame,
-    .frame_copy_to = zmq_frame_copy_to,
-    .frame_data = zmq_frame_data,
-    .frame_reduce_pair = zmq_frame_reduce_pair,
+    .frame_copy_to = comm_data_copy_to,
+    .frame_data = comm_data_of,
+    .frame_reduce_pair = comm_data_reduce_pair,
     .frame_free = zmq_frame_free,
     .finish = zmq_finish,
     .buffers_exposed = zmq_buffers_exposed,

@@ -182,6 +182,7 @@ static void group_free(ddp_group *g) {
             free(g->endpoints[i]);
     free(g->endpoints);
     free(g->pids);
+    free(g->here);
     for (size_t i = 0; g->ps_early && i < g->n_ps_buckets; i++)
         agent_event_free(g->ps_early[i]);
     free(g->ps_early);
@@ -254,40 +255,49 @@ static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_pee
     snprintf(g->ps_socket, sizeof(g->ps_socket), "%s", w->ps_socket);
     g->endpoints = calloc(w->world_size, sizeof(char *));
     g->pids = calloc(w->world_size, sizeof(uint32_t));
-    bool one_host = true;
-    for (size_t i = 0; g->endpoints && g->pids && i < w->n_endpoints; i++) {
+    g->here = calloc(w->world_size, sizeof(bool));
+    bool one_host = true, hosts_shared = false;
+    for (size_t i = 0; g->endpoints && g->pids && g->here && i < w->n_endpoints; i++) {
         if (!(g->endpoints[i] = strdup(w->endpoints[i])))
             r = -ENOMEM;
         g->pids[i] = w->pids[i];
-        one_host = one_host && strcmp(w->hosts[i], w->hosts[w->rank]) == 0;
+        g->here[i] = strcmp(w->hosts[i], w->hosts[w->rank]) == 0;
+        one_host = one_host && g->here[i];
+        for (size_t j = 0; j < i && !hosts_shared; j++)
+            hosts_shared = strcmp(w->hosts[i], w->hosts[j]) == 0;
     }
     *ret_peers = (comm_peers){.rank = g->rank,
                               .world = g->world_size,
                               .generation = g->generation,
                               .endpoints = g->endpoints,
                               .pids = g->pids,
-                              .one_host = one_host};
+                              .here = g->here,
+                              .one_host = one_host,
+                              .hosts_shared = hosts_shared};
     agent_event_free(ev);
-    if (!g->endpoints || !g->pids || r < 0) {
+    if (!g->endpoints || !g->pids || !g->here || r < 0) {
         snprintf(init_error, sizeof(init_error), "out of memory");
         return -ENOMEM;
     }
     return 0;
 }
 
-/* Shared memory for the collectives where every rank is on this host and every rank wants
- * it (they agree first: one rank on ZeroMQ alone would leave the others waiting). */
+/* Shared memory wherever every rank wants it (they agree first: one rank on ZeroMQ alone
+ * would leave the others waiting): for the collectives where every rank is on this host;
+ * in a job on several hosts, for the frames between the ranks of one host. */
 static int group_choose_transport(ddp_group *g, const group_settings *s, const comm_peers *peers) {
     if (peers->world == 1)
         return 0;
     bool asked = strcmp(s->transport, "shm") == 0;
     if (asked && !peers->one_host)
         return group_fail(g, -EINVAL, "transport shm: the job's ranks are not all on this host");
-    int32_t wanted = peers->one_host && strcmp(s->transport, "zmq") != 0;
+    int32_t wanted = peers->hosts_shared && strcmp(s->transport, "zmq") != 0;
     TRY(comm_agree_min(&g->comm, &wanted));
     if (!wanted && asked)
         return group_fail(g, -EINVAL, "transport shm: another rank of the job uses zmq");
-    return wanted ? coll_shm_open(&g->comm) : 0;
+    if (!wanted)
+        return 0;
+    return peers->one_host ? coll_shm_open(&g->comm) : comm_mailbox_open(&g->comm);
 }
 
 DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
@@ -452,7 +462,9 @@ DDP_EXPORT int ddp_timeout_ms(const ddp_group *g) {
 DDP_EXPORT const char *ddp_transport(const ddp_group *g) {
     if (!g)
         return NULL;
-    return g->comm.collectives ? g->comm.collectives->name : g->comm.transport->name;
+    if (g->comm.collectives)
+        return g->comm.collectives->name;
+    return g->comm.local ? "shm+zmq" : g->comm.transport->name;
 }
 
 DDP_EXPORT int ddp_barrier(ddp_group *g) {

@@ -23,6 +23,7 @@ struct ddp_group {
     uint64_t barrier_round;
     char **endpoints;                         /* every rank's data endpoint, in rank order */
     uint32_t *pids;                           /* every rank's pid */
+    bool *here;                               /* every rank: whether it runs on this host */
     void *zmq_ctx;                            /* the control thread's */
     char data_endpoint[DDP_MAX_ENDPOINT + 1]; /* where the data plane listens, as advertised at join */
     agent agent;

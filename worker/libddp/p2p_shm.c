@@ -19,33 +19,13 @@ struct p2p_shm {
     early **head, **tail; /* (world) per sender, in send order */
 };
 
-typedef struct {
-    shm_mailbox_head *h;
-    char *ring;
-    uint64_t size;
-} mailbox;
-
-static mailbox mailbox_of(const p2p_shm *p, int from, int to) {
-    char *m = shm_mailbox(p->plane, from, to);
-    return (mailbox){(shm_mailbox_head *)m, m + sizeof(shm_mailbox_head),
-                     shm_mailbox_bytes(p->world) - sizeof(shm_mailbox_head)};
-}
-
-static shm_flag written(mailbox b) {
-    return (shm_flag){&b.h->written, &b.h->word, &b.h->sleepers};
-}
-
-static shm_flag consumed(mailbox b) {
-    return (shm_flag){&b.h->consumed, &b.h->consumed_word, &b.h->consumed_sleepers};
-}
-
-static void ring_put(mailbox b, uint64_t at, const void *src, size_t n) {
+static void ring_put(shm_ring b, uint64_t at, const void *src, size_t n) {
     size_t off = (size_t)(at % b.size), first = n < b.size - off ? n : b.size - off;
     memcpy(b.ring + off, src, first);
     memcpy(b.ring, (const char *)src + first, n - first);
 }
 
-static void ring_get(mailbox b, uint64_t at, void *dst, size_t n) {
+static void ring_get(shm_ring b, uint64_t at, void *dst, size_t n) {
     size_t off = (size_t)(at % b.size), first = n < b.size - off ? n : b.size - off;
     memcpy(dst, b.ring + off, first);
     memcpy((char *)dst + first, b.ring, n - first);
@@ -56,7 +36,7 @@ static uint64_t padded(uint64_t bytes) {
 }
 
 /* Messages up to a quarter of the ring travel in it; larger ones over ZeroMQ. */
-static bool fits(mailbox b, uint64_t bytes) {
+static bool fits(shm_ring b, uint64_t bytes) {
     return bytes <= b.size / 4;
 }
 
@@ -94,17 +74,17 @@ int p2p_shm_send(comm *c, p2p_shm *p, const coll_args *a) {
     const comm_call *call = &a->call;
     int dst = call->root;
     uint64_t bytes = call->count * dtype_size(call->t);
-    mailbox b = mailbox_of(p, c->peers.rank, dst);
+    shm_ring b = shm_mailbox_ring(p->plane, c->peers.rank, dst);
     bool remote = !fits(b, bytes);
     uint64_t need = sizeof(shm_record) + (remote ? 0 : padded(bytes));
     uint64_t at = atomic_load(&b.h->written); /* this rank's own counter */
     if (at + need > b.size)                   /* room: the receiver has taken enough */
-        TRY(shm_flag_wait(c, p->plane, dst, consumed(b), at + need - b.size, call));
+        TRY(shm_flag_wait(c, p->plane, dst, shm_ring_consumed(b), at + need - b.size, call));
     shm_record rec = {.tag = a->tag, .dtype = (uint8_t)call->t, .remote = remote, .count = call->count};
     ring_put(b, at, &rec, sizeof(rec));
     if (!remote)
         ring_put(b, at + sizeof(rec), a->send, bytes);
-    shm_flag_set(written(b), at + need);
+    shm_flag_set(shm_ring_written(b), at + need);
     if (remote) /* its place in the order is taken: the data follows over ZeroMQ */
         return coll_send(c, a);
     comm_count_sent(c, dst, bytes);
@@ -113,7 +93,7 @@ int p2p_shm_send(comm *c, p2p_shm *p, const coll_args *a) {
 
 /* The message rec (its data in the ring at data_at, or in data, or remote) into the
  * caller's buffer, once it is what the call expects. */
-static int deliver(comm *c, const coll_args *a, const shm_record *rec, mailbox b, uint64_t data_at, const char *data) {
+static int deliver(comm *c, const coll_args *a, const shm_record *rec, shm_ring b, uint64_t data_at, const char *data) {
     const comm_call *call = &a->call;
     int src = call->root;
     if (rec->dtype != (uint8_t)call->t || rec->count != call->count) {
@@ -143,16 +123,16 @@ int p2p_shm_recv(comm *c, p2p_shm *p, const coll_args *a) {
         *e = found->next;
         if (p->tail[src] == found)
             p->tail[src] = prev;
-        mailbox none = {0};
+        shm_ring none = {0};
         int r = deliver(c, a, &found->rec, none, 0, found->data);
         free(found->data);
         free(found);
         return r;
     }
-    mailbox b = mailbox_of(p, src, c->peers.rank);
+    shm_ring b = shm_mailbox_ring(p->plane, src, c->peers.rank);
     for (;;) {
         uint64_t at = atomic_load(&b.h->consumed); /* this rank's own counter */
-        TRY(shm_flag_wait(c, p->plane, src, written(b), at + sizeof(shm_record), call));
+        TRY(shm_flag_wait(c, p->plane, src, shm_ring_written(b), at + sizeof(shm_record), call));
         shm_record rec;
         ring_get(b, at, &rec, sizeof(rec));
         uint64_t bytes = rec.count * dtype_size(rec.dtype < DTYPE_COUNT ? (dtype)rec.dtype : DTYPE_U8);
@@ -165,7 +145,7 @@ int p2p_shm_recv(comm *c, p2p_shm *p, const coll_args *a) {
             return comm_fail(c, -EPROTO, "recv: rank %d's mailbox ends inside a message", src);
         if (rec.tag == a->tag) {
             int r = deliver(c, a, &rec, b, at + sizeof(rec), NULL);
-            shm_flag_set(consumed(b), at + need);
+            shm_flag_set(shm_ring_consumed(b), at + need);
             return r;
         }
         /* another tag's: out of the ring, so that the sender can go on, until its recv */
@@ -178,7 +158,7 @@ int p2p_shm_recv(comm *c, p2p_shm *p, const coll_args *a) {
         e->rec = rec;
         if (!rec.remote)
             ring_get(b, at + sizeof(rec), e->data, bytes);
-        shm_flag_set(consumed(b), at + need);
+        shm_flag_set(shm_ring_consumed(b), at + need);
         if (p->tail[src])
             p->tail[src]->next = e;
         else

@@ -43,8 +43,18 @@ char *shm_buffer(const shm_plane *s, int r) {
     return s->segments[r] + SHM_HEADER_BYTES;
 }
 
-char *shm_mailbox(const shm_plane *s, int from, int to) {
-    return s->segments[from] + SHM_HEADER_BYTES + SHM_BUFFER_BYTES + (size_t)to * shm_mailbox_bytes(s->world);
+shm_ring shm_mailbox_ring(const shm_plane *s, int from, int to) {
+    char *m = s->segments[from] + SHM_HEADER_BYTES + SHM_BUFFER_BYTES + (size_t)to * shm_mailbox_bytes(s->world);
+    return (shm_ring){(shm_mailbox_head *)m, m + sizeof(shm_mailbox_head),
+                      shm_mailbox_bytes(s->world) - sizeof(shm_mailbox_head)};
+}
+
+shm_flag shm_ring_written(shm_ring b) {
+    return (shm_flag){&b.h->written, &b.h->word, &b.h->sleepers};
+}
+
+shm_flag shm_ring_consumed(shm_ring b) {
+    return (shm_flag){&b.h->consumed, &b.h->consumed_word, &b.h->consumed_sleepers};
 }
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t value, const struct timespec *timeout) {
@@ -218,16 +228,23 @@ int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t targe
             err = comm_timed_out(c, r, call, 0, "");
             break;
         }
-        uint64_t ms = call->deadline_ms - now < SHM_SLEEP_MS ? call->deadline_ms - now : SHM_SLEEP_MS;
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ms * 1000000L};
-        atomic_fetch_add(f.sleepers, 1);
-        uint32_t seen = atomic_load(f.word);
-        if (atomic_load(f.value) < target) /* no wake can be lost: the setter checks sleepers after */
-            futex(f.word, FUTEX_WAIT, seen, &ts);
-        atomic_fetch_sub(f.sleepers, 1);
+        shm_flag_sleep(f, target, call->deadline_ms - now < SHM_SLEEP_MS ? call->deadline_ms - now : SHM_SLEEP_MS);
     }
     comm_report_waiting(c, -1, call, 0);
     return err;
+}
+
+void shm_flag_sleep(shm_flag f, uint64_t target, uint64_t ms) {
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    atomic_fetch_add(f.sleepers, 1);
+    uint32_t seen = atomic_load(f.word);
+    if (atomic_load(f.value) < target) /* no wake can be lost: the setter checks sleepers after */
+        futex(f.word, FUTEX_WAIT, seen, &ts);
+    atomic_fetch_sub(f.sleepers, 1);
+}
+
+bool shm_crowded(const shm_plane *s) {
+    return s->crowded;
 }
 
 static int wait_phase(comm *c, shm_plane *s, int r, uint64_t target, const comm_call *call) {
@@ -270,8 +287,11 @@ int shm_open_plane(comm *c, shm_plane **ret) {
         return comm_fail(c, -ENOMEM, "out of memory");
     s->rank = c->peers.rank;
     s->world = c->peers.world;
+    int here = 0; /* the ranks of this host: the others have no segment here */
+    for (int r = 0; r < s->world; r++)
+        here += c->peers.here[r];
     cpu_set_t cpus;
-    s->crowded = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < s->world;
+    s->crowded = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < here;
     s->segments = calloc((size_t)s->world, sizeof(char *));
     s->inputs = calloc((size_t)s->world, sizeof(char *));
     int r = s->segments && s->inputs ? shm_handover(c, "ddp-shm", shm_segment_bytes(s->world), s->segments) : -ENOMEM;

@@ -18,16 +18,13 @@
 
 typedef struct shm_plane shm_plane;
 
-/* Makes this rank's segment and maps every peer's; a collective of the whole job (the
- * peers exchange where to fetch the segments over c's transport). */
+/* Makes this rank's segment and maps that of every peer on this host (c->peers.here); a
+ * collective of those ranks (they exchange where to fetch the segments over c's transport). */
 int shm_open_plane(comm *c, shm_plane **ret);
 void shm_close_plane(shm_plane *s);
 
 /* The staging buffer of rank r (this rank's is written, the others' only read). */
 char *shm_buffer(const shm_plane *s, int r);
-/* The mailbox for messages from rank from to rank to: in from's segment, laid out as
- * shm_layout.h says (shm_mailbox_head, then the ring). */
-char *shm_mailbox(const shm_plane *s, int from, int to);
 
 /* A counter in shared memory that one process raises and others wait on: the value, its
  * low half as a futex word, and how many sleep on it. */
@@ -35,12 +32,29 @@ typedef struct {
     _Atomic uint64_t *value;
     _Atomic uint32_t *word, *sleepers;
 } shm_flag;
+
+/* The mailbox for messages from rank from to rank to, in from's segment (shm_layout.h):
+ * its counters and the ring after them. written is the sender's flag, consumed the
+ * receiver's. */
+typedef struct {
+    struct shm_mailbox_head *h;
+    char *ring;
+    uint64_t size;
+} shm_ring;
+shm_ring shm_mailbox_ring(const shm_plane *s, int from, int to);
+shm_flag shm_ring_written(shm_ring b);
+shm_flag shm_ring_consumed(shm_ring b);
 /* Raises f to value (release), waking its sleepers. */
 void shm_flag_set(shm_flag f, uint64_t value);
 /* Waits until f reaches target, as rank r sets it for call: spins a little, then sleeps
  * on its futex in slices; ends with an error naming r at the job's end, r's leaving or
  * the call's deadline. */
 int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t target, const comm_call *call);
+/* Sleeps on f's futex for at most ms, unless it has reached target (a wake, a signal or
+ * a spurious return end it sooner). For waits that do more than shm_flag_wait. */
+void shm_flag_sleep(shm_flag f, uint64_t target, uint64_t ms);
+/* Whether this host has fewer CPUs for the job than ranks on it: a spinning waiter yields. */
+bool shm_crowded(const shm_plane *s);
 
 /* This rank has finished the next phase of the current collective: its buffer holds what
  * it promised. Returns that phase's number; every rank posts the same phases in the same

@@ -23,32 +23,34 @@ static int map_segment(comm *c, int fd, size_t bytes, int r, char **ret) {
     return err < 0 ? comm_fail(c, err, "rank %d handed over a segment that is refused: %s", r, why) : 0;
 }
 
-/* The exchange: every rank listens under a random name and tells every peer that name
- * over the transport; it connects to every peer's (a connection to a listening Unix socket
+/* The exchange, among the ranks of this host: every rank listens under a random name and
+ * tells every peer that name over the transport; it connects to every peer's (a connection to a listening Unix socket
  * is made at once, accepted or not), accepts every peer's connection and hands its memfd
  * to each, then receives each peer's. Both ends check the kernel's credentials against the
  * Welcome: the same user, the pid of the rank it should be. */
 static int exchange(comm *c, int fd, size_t bytes, char **maps, uint64_t deadline_ms) {
-    int n = c->peers.world, me = c->peers.rank, listener = -1, r;
+    int n = c->peers.world, me = c->peers.rank, listener = -1, r, peers = 0;
+    for (int p = 0; p < n; p++)
+        peers += p != me && c->peers.here[p];
     char name[FD_SOCKET_NAME_BYTES] = {0};
     int *to = malloc((size_t)n * sizeof(int)); /* connected to rank p, to fetch its segment */
     if (!to)
         return comm_fail(c, -ENOMEM, "out of memory");
     for (int p = 0; p < n; p++)
         to[p] = -1;
-    if ((r = fd_socket_listen("ddp-shm-", name, n, &listener)) < 0) {
+    if ((r = fd_socket_listen("ddp-shm-", name, peers + 1, &listener)) < 0) {
         comm_fail(c, r, "cannot listen for the peers' shared memory: %s", strerror(-r));
         goto out;
     }
     comm_call call = {.kind = COLL_SEND, .t = DTYPE_U8, .count = FD_SOCKET_NAME_BYTES, .deadline_ms = deadline_ms};
     for (int p = 0; p < n && r == 0; p++)
-        if (p != me) {
+        if (p != me && c->peers.here[p]) {
             call.root = p;
             r = comm_send(c, p, &call, TAG_SHM_NAME, 0, name, FD_SOCKET_NAME_BYTES, false);
         }
     uid_t uid = getuid();
     for (int p = 0; p < n && r == 0; p++) {
-        if (p == me)
+        if (p == me || !c->peers.here[p])
             continue;
         comm_frame *f = NULL;
         call.root = p;
@@ -72,7 +74,7 @@ static int exchange(comm *c, int fd, size_t bytes, char **maps, uint64_t deadlin
         }
     }
     /* every peer connects to us: hand each our segment, once the kernel says who it is */
-    for (int k = 0; k < n - 1 && r == 0; k++) {
+    for (int k = 0; k < peers && r == 0; k++) {
         struct pollfd pfd = {.fd = listener, .events = POLLIN};
         int ready = poll(&pfd, 1, clock_ms_until(deadline_ms));
         int sock = ready > 0 ? accept4(listener, NULL, NULL, SOCK_CLOEXEC) : -1;
@@ -86,7 +88,7 @@ static int exchange(comm *c, int fd, size_t bytes, char **maps, uint64_t deadlin
         }
         int from = -1;
         for (int p = 0; p < n; p++)
-            if (p != me && c->peers.pids[p] == (uint32_t)cred.pid)
+            if (p != me && c->peers.here[p] && c->peers.pids[p] == (uint32_t)cred.pid)
                 from = p;
         if (cred.uid != uid || from < 0)
             r = comm_fail(c, -EPERM,
@@ -97,7 +99,7 @@ static int exchange(comm *c, int fd, size_t bytes, char **maps, uint64_t deadlin
         close(sock);
     }
     for (int p = 0; p < n && r == 0; p++) {
-        if (p == me)
+        if (p == me || !c->peers.here[p])
             continue;
         int got = -1;
         int32_t said = -1;

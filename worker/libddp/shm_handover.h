@@ -9,8 +9,8 @@
 
 #include "worker/libddp/comm.h"
 
-/* A collective of the job: a segment of bytes from every rank (its memfd named name, as
- * /proc shows it), maps[r] rank r's mapping, this rank's own included. Every rank asks for
+/* A collective of the ranks of this host: a segment of bytes from each (its memfd named
+ * name, as /proc shows it), maps[r] rank r's mapping, this rank's own included. Every rank asks for
  * the same size: a peer's of another size is refused. On failure nothing stays mapped. */
 int shm_handover(comm *c, const char *name, size_t bytes, char **maps);
 /* Unmaps the world mappings of bytes each that are set, and clears them. */

@@ -35,7 +35,7 @@ _Static_assert(sizeof(shm_head) <= SHM_HEADER_BYTES, "the header fits its page")
 /* A mailbox: a ring of records that its owner (the sender) appends to and one peer (the
  * receiver) consumes, in order; each side advances its own counter, and sleeps on the
  * other's when the ring is empty (receiver) or full (sender). */
-typedef struct {
+typedef struct shm_mailbox_head {
     _Atomic uint64_t written;  /* bytes appended, ever (by the sender) */
     _Atomic uint32_t word;     /* (uint32_t)written, for FUTEX_WAIT */
     _Atomic uint32_t sleepers; /* receivers asleep on word */

@@ -85,8 +85,9 @@ int ddp_rank(const ddp_group *g);
 int ddp_world_size(const ddp_group *g);
 int ddp_local_rank(const ddp_group *g);
 int ddp_timeout_ms(const ddp_group *g);
-/* What carries the group's collectives: "shm" (shared memory, every rank on this host) or
- * "zmq"; NULL on a NULL group. */
+/* What carries the group's collectives: "shm" (shared memory, every rank on this host),
+ * "shm+zmq" (ranks on several hosts: shared memory between those of one host, ZeroMQ
+ * between hosts) or "zmq"; NULL on a NULL group. */
 const char *ddp_transport(const ddp_group *g);
 
 /* Returns once every rank has entered it. -ECONNABORTED when a member died or the job was

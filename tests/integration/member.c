@@ -1,9 +1,11 @@
 /* A group member for the integration tests: joins through ddp_init() from the
  * environment (RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT or DDP_COORDINATOR, DDP_JOB),
  * runs barriers and says what happened, one line per event:
- *   member [--barriers N] [--hang-at K] [--store 1]
+ *   member [--barriers N] [--hang-at K] [--store 1] [--all-reduce 1]
  *   -> "joined rank R world W pid P timeout T ms"
  *   -> "barrier K ok" ... or "barrier K failed: CODE (TEXT): LAST_ERROR"
+ * --all-reduce 1: the barriers are all-reduces of one int instead (the data plane's,
+ * whatever the transport; ddpd keeps the barrier over ZeroMQ).
  * --hang-at K waits forever before barrier K (a member the test will kill).
  * --store 1: rank 0 sets "greeting" after a while, every rank gets it ("store got 'V' (N
  * bytes)"), then every rank gets a key nobody sets ("store_get failed: ...").
@@ -19,7 +21,7 @@
 #include "ddp/ddp.h"
 
 int main(int argc, char **argv) {
-    int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0;
+    int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
@@ -31,6 +33,8 @@ int main(int argc, char **argv) {
             status = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--edges") == 0)
             edges = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--all-reduce") == 0)
+            all_reduce = atoi(argv[i + 1]);
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -46,7 +50,8 @@ int main(int argc, char **argv) {
         if (k == hang_at)
             for (;;)
                 pause();
-        r = ddp_barrier(g);
+        int one = 1;
+        r = all_reduce ? ddp_all_reduce(g, &one, 1, DDP_I32, DDP_SUM) : ddp_barrier(g);
         if (r < 0) {
             printf("barrier %d failed: %d (%s): %s\n", k, r, ddp_strerror(r), ddp_last_error(g));
             ddp_finalize(g);

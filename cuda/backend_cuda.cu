@@ -71,6 +71,23 @@ void cuda_host_release(backend *b, void *p, size_t bytes) {
     backend_count_release(&b->host, bytes);
 }
 
+int cuda_host_register(backend *b, void *p, size_t bytes) {
+    cuda_enter(b);
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (e != cudaSuccess) { /* the memory stays usable: it is only not pinned */
+        cudaGetLastError();
+        return -EIO;
+    }
+    backend_count_alloc(&b->host, bytes);
+    return 0;
+}
+
+void cuda_host_unregister(backend *b, void *p, size_t bytes) {
+    cuda_enter(b);
+    CUDA_TRY(cudaHostUnregister(p));
+    backend_count_release(&b->host, bytes);
+}
+
 void cuda_upload(backend *b, void *dst, const void *host, size_t bytes) {
     cuda_impl *c = cuda_enter(b);
     if (!bytes)
@@ -219,6 +236,8 @@ const backend_ops cuda_ops = {
     .release = cuda_release,
     .host_alloc = cuda_host_alloc,
     .host_release = cuda_host_release,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
     .upload = cuda_upload,
     .download = cuda_download,
     .download_async = cuda_download_async,

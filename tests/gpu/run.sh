@@ -83,6 +83,20 @@ for mode in dp ps; do
   outcome "$r"
   say "mlp 50 steps, 2 workers $mode on the GPU: $result"
 done
+# ddp over shared memory: the gradient block is registered with CUDA (pinned), so the
+# buckets land in it by DMA; the same parameters as over ZeroMQ, byte for byte.
+r=$(worker 2 --model mlp --steps 50 --mode ddp --device cuda:0 --transport shm --checkpoint "$out/shm.ckpt") ||
+  cat "$out/stderr"
+outcome "$r"
+pinned=$(grep -c "cannot pin" "$out/stderr")
+z=$(worker 2 --model mlp --steps 50 --mode ddp --device cuda:0 --transport zmq --checkpoint "$out/zmq.ckpt") ||
+  cat "$out/stderr"
+if [ "$pinned" != 0 ] || [ -z "$z" ] || ! cmp -s "$out/shm.ckpt" "$out/zmq.ckpt"; then
+  [ "$result" = FAILED ] || failed=$((failed + 1))
+  result="FAILED ($pinned ranks could not pin the block; checkpoints $(cmp -s "$out/shm.ckpt" "$out/zmq.ckpt" &&
+    echo equal || echo differ))"
+fi
+say "mlp 50 steps, 2 workers ddp on the GPU over shm (block pinned, same bits as zmq): $result"
 # Model parallel: two stages, both on GPU 0 here (the same path as two GPUs, one copy each way).
 r=$(worker 2 --model mlp --steps 50 --mode ddp --device cuda:0 --devices 0,0) || cat "$out/stderr"
 outcome "$r"

@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/shm_segment.h"
+#include "tests/check_main.h"
 #include "worker/trainer/backend.h"
 #include "worker/trainer/rng.h"
-#include "tests/check_main.h"
 
 static backend cpu, gpu;
 
@@ -58,8 +60,8 @@ static void expect_near(const float *d, const float *want, size_t n, double atol
     gpu.ops->download(&gpu, got, d, n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
         double diff = fabs((double)got[i] - want[i]);
-        ck_assert_msg(diff <= atol + rtol * fabs(want[i]), "%s[%zu]: GPU %.9g, CPU %.9g (off by %.3g)", what, i,
-                      got[i], want[i], diff);
+        ck_assert_msg(diff <= atol + rtol * fabs(want[i]), "%s[%zu]: GPU %.9g, CPU %.9g (off by %.3g)", what, i, got[i],
+                      want[i], diff);
     }
     free(got);
 }
@@ -257,6 +259,32 @@ START_TEST(test_staged_download) {
 }
 END_TEST
 
+/* Shared memory as ddp_alloc makes it (a sealed memfd segment), registered: a staged
+ * download lands in it, it counts as staging memory while registered, and not after. */
+START_TEST(test_registered_download) {
+    enum { N = 1 << 20 };
+    size_t bytes = N * sizeof(float);
+    int fd = -1;
+    char *shared = NULL, why[128];
+    ck_assert_int_eq(shm_segment_make("check-cuda", bytes, &fd), 0);
+    ck_assert_msg(shm_segment_map(fd, bytes, &shared, why, sizeof(why)) == 0, "%s", why);
+    close(fd);
+    float *x = malloc(bytes);
+    fill(x, N, 17);
+    float *d = on_gpu(x, bytes);
+    size_t before = gpu.host.current;
+    ck_assert_int_eq(gpu.ops->host_register(&gpu, shared, bytes), 0);
+    ck_assert_uint_eq(gpu.host.current, before + bytes);
+    gpu.ops->download_async(&gpu, shared, d, bytes, 1);
+    gpu.ops->wait_download(&gpu, 1);
+    ck_assert_int_eq(memcmp(shared, x, bytes), 0);
+    gpu.ops->host_unregister(&gpu, shared, bytes);
+    ck_assert_uint_eq(gpu.host.current, before);
+    munmap(shared, bytes);
+    free(x);
+}
+END_TEST
+
 /* A CUDA error ends the process with the device's exit code, after the fatal handler. */
 START_TEST(test_cuda_error_exits) {
     float x = 1.0f;
@@ -298,6 +326,7 @@ int main(int argc, char **argv) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_memory);
+    tcase_add_test(tc, test_registered_download);
     tcase_add_loop_test(tc, test_linear, 0, 5);
     tcase_add_test(tc, test_relu);
     tcase_add_test(tc, test_crossentropy);

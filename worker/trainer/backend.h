@@ -40,6 +40,11 @@ typedef struct {
      * apart from the device's. */
     void *(*host_alloc)(backend *b, size_t bytes);
     void (*host_release)(backend *b, void *p, size_t bytes);
+    /* Host memory made elsewhere (shared memory the collectives read in place) made fit
+     * for staging as host_alloc's is (pinned: a GPU's copies land in it by DMA), counted
+     * with it; -EIO when the device refuses it. host_unregister before it goes away. */
+    int (*host_register)(backend *b, void *p, size_t bytes);
+    void (*host_unregister)(backend *b, void *p, size_t bytes);
     /* Synchronous copies: when they return, host holds the data or may be reused. */
     void (*upload)(backend *b, void *dst, const void *host, size_t bytes);
     void (*download)(backend *b, void *host, const void *src, size_t bytes);

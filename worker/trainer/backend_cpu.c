@@ -54,6 +54,17 @@ static void cpu_host_release(backend *b, void *p, size_t bytes) {
     backend_count_release(&b->host, bytes);
 }
 
+static int cpu_host_register(backend *b, void *p, size_t bytes) {
+    (void)p; /* host memory as it is */
+    backend_count_alloc(&b->host, bytes);
+    return 0;
+}
+
+static void cpu_host_unregister(backend *b, void *p, size_t bytes) {
+    (void)p;
+    backend_count_release(&b->host, bytes);
+}
+
 static void cpu_copy(backend *b, void *dst, const void *src, size_t bytes) {
     (void)b;
     if (bytes)
@@ -208,6 +219,8 @@ static const backend_ops cpu_ops = {
     .release = cpu_release,
     .host_alloc = cpu_host_alloc,
     .host_release = cpu_host_release,
+    .host_register = cpu_host_register,
+    .host_unregister = cpu_host_unregister,
     .upload = cpu_copy,
     .download = cpu_copy,
     .download_async = cpu_download_async,

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 
+#include "common/error.h"
+
 /* The output's device, unless the other is a GPU: pinned memory is a GPU's to give. */
 static backend *staging_host_backend(const model *m) {
     for (int i = m->n_stages - 1; i >= 0; i--)
@@ -23,12 +25,26 @@ int staging_open(staging *s, model *m, int local_batch) {
     return s->params && s->grads && s->outputs ? 0 : -ENOMEM;
 }
 
+int staging_place_grads(staging *s, float *block) {
+    size_t p = s->m->spec.n_params * sizeof(float);
+    if (s->direct || s->grads_placed)
+        return -EINVAL;
+    TRY(s->host->ops->host_register(s->host, block, p));
+    s->host->ops->host_release(s->host, s->grads, p);
+    s->grads = block;
+    s->grads_placed = true;
+    return 0;
+}
+
 void staging_close(staging *s) {
     if (!s->host)
         return;
     size_t p = s->m->spec.n_params * sizeof(float);
     s->host->ops->host_release(s->host, s->params, p);
-    s->host->ops->host_release(s->host, s->grads, p);
+    if (s->grads_placed) /* the block is its owner's: only given back to the device */
+        s->host->ops->host_unregister(s->host, s->grads, p);
+    else
+        s->host->ops->host_release(s->host, s->grads, p);
     s->host->ops->host_release(s->host, s->outputs, s->outputs_count * sizeof(float));
     *s = (staging){0};
 }

@@ -11,18 +11,26 @@
 
 typedef struct {
     model *m;
-    backend *host;  /* whose host_alloc holds the buffers: a GPU's if one holds a stage,
-                       preferring the output's */
-    bool direct;    /* the collectives take the model's blocks as they are */
-    float *params;  /* (n_params) */
-    float *grads;   /* (n_params) */
-    float *outputs; /* (local_batch, outputs): dp's logits out, dlogits in */
+    backend *host;     /* whose host_alloc holds the buffers: a GPU's if one holds a stage,
+                          preferring the output's */
+    bool direct;       /* the collectives take the model's blocks as they are */
+    float *params;     /* (n_params) */
+    float *grads;      /* (n_params) */
+    bool grads_placed; /* grads is memory the collectives share (staging_place_grads) */
+    float *outputs;    /* (local_batch, outputs): dp's logits out, dlogits in */
     size_t outputs_count;
 } staging;
 
 /* The buffers for a model and a local batch of rows; none when direct. */
 int staging_open(staging *s, model *m, int local_batch);
 void staging_close(staging *s);
+
+/* Stages the gradients in block (n_params floats the collectives read in place: ddp_alloc's,
+ * a region of shared memory) instead of the buffer staging_open made, registered with the
+ * host backend, so that on a GPU a bucket's copy lands there by DMA and goes to the peers
+ * with no copy more. The block stays the caller's. -EIO where the device cannot register
+ * it: then the buffer stays as it was (one copy more). */
+int staging_place_grads(staging *s, float *block);
 
 /* The host memory a collective on n floats of dev, a tensor of the output device, uses:
  * dev itself when that device's memory is the host's, else wire, filled from dev first when

@@ -9,6 +9,7 @@
  * layers, this thread waits for each bucket's copy in turn and hands it to the
  * communication thread. The averages go back to the device in one copy. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,8 +61,9 @@ static void ddp_join(ddp_options *join, const bucket_plan *buckets, bool split) 
 }
 
 /* The gradient block in memory the peers read in place (ddp_alloc: over shared memory the
- * all-reduce skips copying it in). Every rank allocates it, a collective, though only a
- * model on the host computes into it; it goes with the group, after the model. */
+ * all-reduce skips copying it in). A model on the host computes into it; a GPU's buckets
+ * land in it by DMA (registered, pinned). Every rank allocates it, a collective; it goes
+ * with the group, after the model and the staging. */
 static int place_grads(const sync_ctx *c) {
     float *block = ddp_alloc(c->g, c->m->spec.n_params * sizeof(float));
     if (!block)
@@ -69,6 +71,11 @@ static int place_grads(const sync_ctx *c) {
                          ddp_last_error(c->g));
     if (c->staging->direct)
         model_lend_grads(c->m, block);
+    else if (staging_place_grads(c->staging, block) < 0)
+        fprintf(stderr,
+                "ddp-worker: rank %d: the device cannot pin the shared gradient block; its buckets are "
+                "staged in pinned memory of their own, one copy more\n",
+                c->rank);
     return 0;
 }
 

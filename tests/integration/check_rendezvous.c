@@ -710,6 +710,49 @@ START_TEST(test_member_left) {
 }
 END_TEST
 
+/* ddp_get_arrival_wait: the rank that comes early to each all-reduce (over shared memory)
+ * counts the time it waited for the late one, which counts less; over ZeroMQ it is 0. */
+START_TEST(test_arrival_wait) {
+    static const struct {
+        const char *job, *transport;
+    } runs[] = {{"arrive", "DDP_TRANSPORT=auto"}, {"arrive-zmq", "DDP_TRANSPORT=zmq"}};
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+        proc ranks[2];
+        const char *argv[] = {"/usr/bin/env",
+                              runs[k].transport,
+                              MEMBER_PATH,
+                              "--barriers",
+                              "3",
+                              "--all-reduce",
+                              "1",
+                              "--late-ms",
+                              "200",
+                              NULL};
+        for (int r = 0; r < 2; r++)
+            rank_start(&ranks[r], &d, 2, r, runs[k].job, argv);
+        double waited[2];
+        for (int r = 0; r < 2; r++) {
+            char line[256];
+            ck_assert_msg(proc_expect(&ranks[r], "arrival wait", WAIT_MS, line, sizeof(line)), "%s",
+                          proc_output(&ranks[r]));
+            int code = -1;
+            ck_assert_int_eq(sscanf(strstr(line, "arrival wait"), "arrival wait %lf s (%d)", &waited[r], &code), 2);
+            ck_assert_int_eq(code, 0);
+            ck_assert_int_eq(proc_wait(&ranks[r], WAIT_MS), 0);
+            proc_close(&ranks[r]);
+        }
+        if (k == 0) /* three times 200 ms late: rank 0 waited at least most of it */
+            ck_assert_msg(waited[0] >= 0.4 && waited[1] < waited[0], "rank 0 waited %.3f s, rank 1 %.3f s", waited[0],
+                          waited[1]);
+        else
+            ck_assert_msg(waited[0] == 0 && waited[1] == 0, "over ZeroMQ: %.3f s and %.3f s", waited[0], waited[1]);
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 START_TEST(test_death_while_forming) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
@@ -765,6 +808,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_ddpd_endpoints);
     tcase_add_test(tc, test_barrier_timeout);
     tcase_add_test(tc, test_member_left);
+    tcase_add_test(tc, test_arrival_wait);
     tcase_add_test(tc, test_death_while_forming);
     tcase_add_test(tc, test_jobs_side_by_side);
     tcase_add_test(tc, test_parameter_server);

@@ -6,6 +6,8 @@
  *   -> "barrier K ok" ... or "barrier K failed: CODE (TEXT): LAST_ERROR"
  * --all-reduce 1: the barriers are all-reduces of one int instead (the data plane's,
  * whatever the transport; ddpd keeps the barrier over ZeroMQ).
+ * --late-ms M: the last rank sleeps M ms before each barrier; then every rank says how
+ * long it waited for the others to arrive ("arrival wait S s").
  * --hang-at K waits forever before barrier K (a member the test will kill).
  * --store 1: rank 0 sets "greeting" after a while, every rank gets it ("store got 'V' (N
  * bytes)"), then every rank gets a key nobody sets ("store_get failed: ...").
@@ -21,7 +23,7 @@
 #include "ddp/ddp.h"
 
 int main(int argc, char **argv) {
-    int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0;
+    int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
@@ -35,6 +37,8 @@ int main(int argc, char **argv) {
             edges = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--all-reduce") == 0)
             all_reduce = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--late-ms") == 0)
+            late_ms = atoi(argv[i + 1]);
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -50,6 +54,8 @@ int main(int argc, char **argv) {
         if (k == hang_at)
             for (;;)
                 pause();
+        if (late_ms && ddp_rank(g) == ddp_world_size(g) - 1)
+            usleep((useconds_t)late_ms * 1000);
         int one = 1;
         r = all_reduce ? ddp_all_reduce(g, &one, 1, DDP_I32, DDP_SUM) : ddp_barrier(g);
         if (r < 0) {
@@ -58,6 +64,11 @@ int main(int argc, char **argv) {
             return 3;
         }
         printf("barrier %d ok\n", k);
+    }
+    if (late_ms) {
+        double waited = -1;
+        r = ddp_get_arrival_wait(g, &waited);
+        printf("arrival wait %.3f s (%d)\n", waited, r);
     }
     if (store) {
         if (ddp_rank(g) == 0) {

@@ -23,6 +23,8 @@ START_TEST(test_null_group) {
     ck_assert_int_eq(ddp_ps_push(NULL, 0, NULL), -EINVAL);
     ddp_stats st;
     ck_assert_int_eq(ddp_get_stats(NULL, &st), -EINVAL);
+    double waited;
+    ck_assert_int_eq(ddp_get_arrival_wait(NULL, &waited), -EINVAL);
     ck_assert_int_eq(ddp_wait(NULL), -EINVAL);
     ddp_finalize(NULL);
 }

@@ -73,7 +73,7 @@ static int all_reduce_small(comm *c, const coll_args *a, bool to_everyone) {
     bool keeps = to_everyone || me == call->root;
     TRY(shm_begin(c, s, call, NULL));
     memcpy(shm_buffer(s, me), a->send, bytes);
-    TRY(shm_wait_all(c, s, shm_post(s), call));
+    TRY(shm_wait_arrivals(c, s, shm_post(s), call));
     if (keeps) {
         reduce_ranks(s, n, a->recv, 0, call->count, call->t, call->op);
         reduce_finish(a->recv, call->count, call->t, call->op, n);
@@ -127,7 +127,8 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
             if (p != me)
                 memcpy(mine + plo * es, send + plo * es, (phi - plo) * es);
         }
-        TRY(shm_wait_all(c, s, shm_post(s), call));
+        uint64_t given = shm_post(s);
+        TRY(off == 0 ? shm_wait_arrivals(c, s, given, call) : shm_wait_all(c, s, given, call));
         if (off == 0)
             TRY(shm_peer_inputs(c, s, call, &regions));
         slice(len, me, n, &lo, &hi);
@@ -269,7 +270,8 @@ static int reduce_scatter(comm *c, const coll_args *a) {
         for (int b = 0; b < n; b++)
             memcpy(shm_buffer(s, me) + (size_t)b * len * es, (const char *)a->send + (size_t)b * bytes + off * es,
                    len * es);
-        TRY(shm_wait_all(c, s, shm_post(s), call));
+        uint64_t given = shm_post(s);
+        TRY(off == 0 ? shm_wait_arrivals(c, s, given, call) : shm_wait_all(c, s, given, call));
         char *dst = (char *)a->recv + off * es;
         reduce_ranks(s, n, dst, (size_t)me * len * es, len, call->t, call->op);
         reduce_finish(dst, len, call->t, call->op, n);
@@ -287,7 +289,7 @@ static int reduce_scatter(comm *c, const coll_args *a) {
 static int barrier(comm *c, const coll_args *a) {
     shm_plane *s = state(c)->plane;
     TRY(shm_begin(c, s, &a->call, NULL));
-    TRY(shm_wait_all(c, s, shm_post(s), &a->call));
+    TRY(shm_wait_arrivals(c, s, shm_post(s), &a->call));
     shm_post(s);
     shm_release(s);
     return 0;

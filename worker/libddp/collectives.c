@@ -300,6 +300,14 @@ DDP_EXPORT int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats) {
     return 0;
 }
 
+DDP_EXPORT int ddp_get_arrival_wait(const ddp_group *g, double *ret_seconds) {
+    if (!g || !ret_seconds)
+        return -EINVAL;
+    coll_drain((ddp_group *)g);
+    *ret_seconds = (double)g->comm.stats.arrival_wait_us / 1e6;
+    return 0;
+}
+
 DDP_EXPORT int ddp_get_peer_stats(const ddp_group *g, int peer, unsigned long long *ret_sent,
                                   unsigned long long *ret_received) {
     if (!g || peer < 0 || peer > g->world_size || !ret_sent || !ret_received)

@@ -92,6 +92,7 @@ typedef struct {
 typedef struct {
     unsigned long long bytes_sent, bytes_received, messages_sent, messages_received;
     unsigned long long *sent_to, *received_from; /* (world + 1) per peer; [world]: ddpd (ps mode) */
+    unsigned long long arrival_wait_us;          /* over shared memory: waiting for the others to call a collective */
 } comm_stats;
 
 typedef struct comm comm;

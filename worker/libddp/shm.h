@@ -86,6 +86,10 @@ int shm_region_close(comm *c, shm_plane *s, void *base);
 int shm_wait(comm *c, shm_plane *s, int r, uint64_t target, const comm_call *call);
 /* Waits until every other rank has posted target. */
 int shm_wait_all(comm *c, shm_plane *s, uint64_t target, const comm_call *call);
+/* The same for a collective's first phase, counting the time it blocks as waiting for the
+ * others to arrive (c->stats.arrival_wait_us): time lost to a slower rank, not to moving
+ * data, as Horovod's timeline shows negotiation apart. */
+int shm_wait_arrivals(comm *c, shm_plane *s, uint64_t target, const comm_call *call);
 /* Before this rank writes its buffer: every peer is done reading it (it has posted the
  * phase that ended the last use). */
 int shm_wait_free(comm *c, shm_plane *s, const comm_call *call);

@@ -142,6 +142,7 @@ void metrics_write(trainer *t, const char *kind, double loss, double accuracy, d
     cJSON_AddNumberToObject(j, "compute_s", t->times.compute_s);
     cJSON_AddNumberToObject(j, "comm_s", t->times.comm_s);
     cJSON_AddNumberToObject(j, "wait_s", t->times.wait_s);
+    cJSON_AddNumberToObject(j, "peer_wait_s", t->times.peer_wait_s);
     cJSON_AddNumberToObject(j, "bytes_sent", (double)st.bytes_sent);
     cJSON_AddNumberToObject(j, "bytes_received", (double)st.bytes_received);
     cJSON_AddNumberToObject(j, "peak_rss_kb", (double)peak_rss_kb());

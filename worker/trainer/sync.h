@@ -19,6 +19,7 @@
 
 typedef struct {
     double compute_s, comm_s, wait_s; /* this rank's time in each, summed over the steps */
+    double peer_wait_s;               /* of comm_s, the collectives waiting for the other ranks to call them */
 } sync_times;
 
 /* What a mode works with; the trainer owns all of it. */

@@ -177,7 +177,8 @@ static int ddp_step(void *state, int B, double *ret_loss) {
         return ddp_step_on_devices(s, B, ret_loss);
     model *m = c->m;
     staging *st = c->staging;
-    double t0 = sync_now();
+    double t0 = sync_now(), waited0 = 0, waited1 = 0;
+    ddp_get_arrival_wait(c->g, &waited0);
     double loss = sync_forward_local(c, B);
     s->error = 0;
     memset(s->req, 0, sizeof(s->req));
@@ -210,6 +211,8 @@ static int ddp_step(void *state, int B, double *ret_loss) {
     if (r < 0)
         return sync_fail(c, r, "all-reducing gradients at step %llu: %s", (unsigned long long)*c->step,
                          ddp_last_error(c->g));
+    ddp_get_arrival_wait(c->g, &waited1); /* every request is done: nothing runs meanwhile */
+    c->times->peer_wait_s += waited1 - waited0;
     staging_block_unwire(st, MODEL_GRADS, grads);
     double t3 = sync_now();
     sync_sgd_step(c);

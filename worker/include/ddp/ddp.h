@@ -159,6 +159,11 @@ int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats);
 /* The same, per peer: bytes sent to and received from rank peer; peer == world size is
  * ddpd (what ps mode pushes and pulls). */
 int ddp_get_peer_stats(const ddp_group *g, int peer, unsigned long long *ret_sent, unsigned long long *ret_received);
+/* Seconds this rank's all-reduces, reduces, reduce-scatters and barriers have waited, so
+ * far, for the other ranks to call them (over shared memory; 0 over ZeroMQ): time lost to
+ * a slower rank rather than to moving data, as Horovod's timeline shows negotiation apart
+ * from the all-reduce. */
+int ddp_get_arrival_wait(const ddp_group *g, double *ret_seconds);
 
 /* A description of err: static text that no later call changes ("unknown error" for a code
  * nobody knows). */

@@ -22,7 +22,7 @@ bool reduce_supported(dtype t, reduce_op op) {
 #define OP_MAX(a, b) ((b) > (a) ? (b) : (a))
 
 /* Two loops per (type, op): acc op= in with restrict (the hot path, vectorised), and
- * out = a op b where out may be a. */
+ * out = a op b where out may be a or b (each element is read before it is written). */
 #define KERNELS(T, name, OP)                                                                 \
     static void into_##name(T *restrict acc, const T *restrict in, size_t n) {              \
         for (size_t i = 0; i < n; i++)                                                       \

@@ -18,7 +18,7 @@ const char *reduce_op_name(reduce_op op); /* "sum", ... */
 /* acc[i] = acc[i] op in[i] for n elements. Integers wrap on overflow. MIN and MAX keep
  * acc[i] unless in[i] compares strictly below (above) it. */
 void reduce_into(void *acc, const void *in, size_t n, dtype t, reduce_op op);
-/* out[i] = a[i] op b[i]. out may be a. */
+/* out[i] = a[i] op b[i]. out may be a, or b. */
 void reduce_pair(void *out, const void *a, const void *b, size_t n, dtype t, reduce_op op);
 /* For AVG: buf[i] /= divisor (floats). Other ops: nothing. */
 void reduce_finish(void *buf, size_t n, dtype t, reduce_op op, int divisor);

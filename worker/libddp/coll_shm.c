@@ -27,6 +27,7 @@ _Static_assert(SHM_CHUNK_BYTES <= SHM_BUFFER_BYTES, "a piece fits the staging bu
 typedef struct {
     shm_plane *plane;
     const char **inputs; /* world: a reduction's inputs, in rank order */
+    char *scratch;       /* SHM_BLOCK_BYTES: a block reduced where it cannot be in place */
     p2p_shm *p2p;        /* send and recv, through the mailboxes */
 } coll_shm;
 
@@ -71,7 +72,7 @@ static int all_reduce_small(comm *c, const coll_args *a, bool to_everyone) {
     int n = c->peers.world, me = c->peers.rank;
     size_t bytes = call->count * dtype_size(call->t);
     bool keeps = to_everyone || me == call->root;
-    TRY(shm_begin(c, s, call, NULL));
+    TRY(shm_begin(c, s, call, NULL, false));
     memcpy(shm_buffer(s, me), a->send, bytes);
     TRY(shm_wait_arrivals(c, s, shm_post(s), call));
     if (keeps) {
@@ -97,6 +98,51 @@ static void reduce_inputs(char *dst, const char *const *in, int n, uint64_t len,
         reduce_into(dst, in[r], len, t, op);
 }
 
+/* An in-place all-reduce where every rank's buffer is in one of its regions (ddp_alloc's
+ * memory, as ddp mode's gradients): each rank reduces its slice of each piece straight
+ * into its own buffer, where the others read it, and copies their slices from theirs; no
+ * staging buffer is written or read. A rank returns once every other has read its slices:
+ * its buffer is the caller's again. Same order, same bits as all_reduce_large. */
+static int all_reduce_in_place(comm *c, const coll_args *a, const char **regions) {
+    shm_plane *s = state(c)->plane;
+    const comm_call *call = &a->call;
+    int n = c->peers.world, me = c->peers.rank;
+    size_t es = dtype_size(call->t);
+    uint64_t chunk = SHM_CHUNK_BYTES / es, block = SHM_BLOCK_BYTES / es;
+    char *buf = a->recv;
+    const char **in = state(c)->inputs;
+    for (uint64_t off = 0; off < call->count; off += chunk) {
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk, lo, hi;
+        slice(len, me, n, &lo, &hi);
+        for (uint64_t b = off + lo; b < off + hi; b += block) {
+            uint64_t blen = off + hi - b < block ? off + hi - b : block;
+            for (int r = 0; r < n; r++)
+                in[r] = r == me ? buf + b * es : regions[r] + b * es;
+            /* into the buffer where this rank's input is read by the first step (a pair);
+             * else through scratch, since the first step would overwrite it unread */
+            char *dst = me < 2 ? buf + b * es : state(c)->scratch;
+            reduce_inputs(dst, in, n, blen, call->t, call->op);
+            reduce_finish(dst, blen, call->t, call->op, n);
+            if (dst != buf + b * es)
+                memcpy(buf + b * es, dst, blen * es);
+        }
+        uint64_t reduced = shm_post(s);
+        for (int r = 0; r < n; r++) {
+            if (r == me)
+                continue;
+            uint64_t rlo, rhi;
+            slice(len, r, n, &rlo, &rhi);
+            TRY(shm_wait(c, s, r, reduced, call)); /* r has its slice, and is done with this rank's part of r's */
+            memcpy(buf + (off + rlo) * es, regions[r] + (off + rlo) * es, (rhi - rlo) * es);
+            count_both(c, r, (hi - lo + rhi - rlo) * es, (rhi - rlo + hi - lo) * es);
+        }
+    }
+    shm_post(s);
+    shm_release(s);
+    /* every peer has read this rank's slices (and may be in its next call already) */
+    return shm_wait_free(c, s, call);
+}
+
 /* Large: a reduce-scatter, then an all-gather (or a gather to the root), per chunk. Rank r
  * owns slice r of the chunk. Each rank copies in only what the others need (their slices
  * of its input), so its own slice's place in its buffer is free: there it reduces its
@@ -116,7 +162,7 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk, lo, hi;
         const char *send = (const char *)a->send + off * es;
         if (off == 0) {
-            TRY(shm_begin(c, s, call, a->send));
+            TRY(shm_begin(c, s, call, a->send, to_everyone && a->send == a->recv));
             shared = shm_input_shared(s);
         } else {
             TRY(shm_wait_free(c, s, call));
@@ -129,8 +175,11 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
         }
         uint64_t given = shm_post(s);
         TRY(off == 0 ? shm_wait_arrivals(c, s, given, call) : shm_wait_all(c, s, given, call));
-        if (off == 0)
+        if (off == 0) {
             TRY(shm_peer_inputs(c, s, call, &regions));
+            if (shm_all_in_place(s)) /* every rank decides alike: they read the same calls */
+                return all_reduce_in_place(c, a, regions);
+        }
         slice(len, me, n, &lo, &hi);
         char *recv = (char *)a->recv + off * es;
         /* in blocks that stay in L1, so that the copy to recv reads what was just written */
@@ -175,7 +224,7 @@ static int broadcast(comm *c, const coll_args *a) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         char *buf = (char *)a->recv + off * es;
         /* every rank writes its call; only the root's buffer is written, and read */
-        TRY(off == 0 ? shm_begin(c, s, call, NULL) : me == root ? shm_wait_free(c, s, call) : 0);
+        TRY(off == 0 ? shm_begin(c, s, call, NULL, false) : me == root ? shm_wait_free(c, s, call) : 0);
         if (me == root) {
             memcpy(shm_buffer(s, me), buf, len * es);
             for (int r = 0; r < n; r++)
@@ -206,7 +255,7 @@ static int gather(comm *c, const coll_args *a, bool to_everyone) {
     uint64_t chunk = chunk_elems(call->t, 1);
     for (uint64_t off = 0; off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
-        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call, NULL));
+        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call, NULL, false));
         memcpy(shm_buffer(s, me), (const char *)a->send + off * es, len * es);
         uint64_t given = shm_post(s);
         for (int r = 0; r < n && keeps; r++) {
@@ -234,7 +283,7 @@ static int scatter(comm *c, const coll_args *a) {
     for (uint64_t off = 0; off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         /* every rank writes its call; only the root's buffer is written, and read */
-        TRY(off == 0 ? shm_begin(c, s, call, NULL) : me == root ? shm_wait_free(c, s, call) : 0);
+        TRY(off == 0 ? shm_begin(c, s, call, NULL, false) : me == root ? shm_wait_free(c, s, call) : 0);
         if (me == root) {
             for (int r = 0; r < n; r++)
                 if (r != me) {
@@ -266,7 +315,7 @@ static int reduce_scatter(comm *c, const coll_args *a) {
     uint64_t chunk = chunk_elems(call->t, n);
     for (uint64_t off = 0; off < call->count; off += chunk) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
-        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call, NULL));
+        TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call, NULL, false));
         for (int b = 0; b < n; b++)
             memcpy(shm_buffer(s, me) + (size_t)b * len * es, (const char *)a->send + (size_t)b * bytes + off * es,
                    len * es);
@@ -288,7 +337,7 @@ static int reduce_scatter(comm *c, const coll_args *a) {
  * has checked theirs (their calls stay in their headers until then). */
 static int barrier(comm *c, const coll_args *a) {
     shm_plane *s = state(c)->plane;
-    TRY(shm_begin(c, s, &a->call, NULL));
+    TRY(shm_begin(c, s, &a->call, NULL, false));
     TRY(shm_wait_arrivals(c, s, shm_post(s), &a->call));
     shm_post(s);
     shm_release(s);
@@ -328,6 +377,7 @@ static void coll_shm_close(comm *c) {
     p2p_shm_close(x->p2p);
     shm_close_plane(x->plane);
     free(x->inputs);
+    free(x->scratch);
     free(x);
     c->collectives = NULL;
     c->collectives_impl = NULL;
@@ -351,7 +401,10 @@ static const comm_collectives coll_shm_table = {
 
 int coll_shm_open(comm *c) {
     coll_shm *x = calloc(1, sizeof(*x));
-    if (!x || !(x->inputs = calloc((size_t)c->peers.world, sizeof(char *)))) {
+    if (!x || !(x->inputs = calloc((size_t)c->peers.world, sizeof(char *))) ||
+        !(x->scratch = aligned_alloc(64, SHM_BLOCK_BYTES))) {
+        if (x)
+            free(x->inputs);
         free(x);
         return comm_fail(c, -ENOMEM, "out of memory");
     }
@@ -360,6 +413,7 @@ int coll_shm_open(comm *c) {
         shm_close_plane(x->plane);
     if (r < 0) {
         free(x->inputs);
+        free(x->scratch);
         free(x);
         return r;
     }

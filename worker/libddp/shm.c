@@ -33,6 +33,7 @@ struct shm_plane {
     shm_region *regions; /* by id, in the order the ranks allocated them (bytes 0: freed) */
     int n_regions;
     const char **inputs; /* world: the current call's inputs that peers posted in their regions */
+    bool all_in_place;   /* the current call's: every rank's input is in a region, and its output */
 };
 
 static shm_head *head(const shm_plane *s, int r) {
@@ -126,7 +127,7 @@ static int region_of(const shm_plane *s, const void *p, size_t bytes, uint64_t *
     return -1;
 }
 
-int shm_begin(comm *c, shm_plane *s, const comm_call *call, const void *input) {
+int shm_begin(comm *c, shm_plane *s, const comm_call *call, const void *input, bool in_place) {
     TRY(shm_wait_free(c, s, call)); /* every peer is done with the last collective, its check included */
     uint64_t offset = 0;
     int region = region_of(s, input, call->count * dtype_size(call->t), &offset);
@@ -138,8 +139,13 @@ int shm_begin(comm *c, shm_plane *s, const comm_call *call, const void *input) {
                        .op = (uint32_t)call->op,
                        .root = call->root,
                        .region = region,
+                       .in_place = region >= 0 && in_place,
                        .offset = offset};
     return 0;
+}
+
+bool shm_all_in_place(const shm_plane *s) {
+    return s->all_in_place;
 }
 
 bool shm_input_shared(const shm_plane *s) {
@@ -148,6 +154,7 @@ bool shm_input_shared(const shm_plane *s) {
 
 int shm_peer_inputs(comm *c, shm_plane *s, const comm_call *call, const char ***ret) {
     uint64_t bytes = call->count * dtype_size(call->t);
+    s->all_in_place = head(s, s->rank)->call.in_place;
     for (int r = 0; r < s->world; r++) {
         s->inputs[r] = NULL;
         if (r == s->rank)
@@ -156,6 +163,7 @@ int shm_peer_inputs(comm *c, shm_plane *s, const comm_call *call, const char ***
         volatile const shm_call *theirs = &head(s, r)->call;
         int32_t region = theirs->region;
         uint64_t offset = theirs->offset;
+        s->all_in_place = s->all_in_place && region >= 0 && theirs->in_place;
         if (region < 0)
             continue;
         if (region >= s->n_regions || !s->regions[region].maps)

@@ -64,7 +64,7 @@ uint64_t shm_post(shm_plane *s);
  * this rank's call is written where its peers check theirs against it, with where input
  * lies when it is in one of this rank's regions (the peers may read it there; NULL: they
  * do not read it). */
-int shm_begin(comm *c, shm_plane *s, const comm_call *call, const void *input);
+int shm_begin(comm *c, shm_plane *s, const comm_call *call, const void *input, bool in_place);
 /* Whether the current call's input is in one of this rank's regions: the peers read it
  * there, so it need not be copied in. */
 bool shm_input_shared(const shm_plane *s);
@@ -73,6 +73,9 @@ bool shm_input_shared(const shm_plane *s);
  * checked against what the peer shared: a region it never shared, or bytes beyond its
  * end, are refused (-EPROTO), never read. */
 int shm_peer_inputs(comm *c, shm_plane *s, const comm_call *call, const char ***ret);
+/* After shm_peer_inputs: whether every rank's input is in its regions and is its output
+ * too (in place), so that each can leave its part of the result there for the others. */
+bool shm_all_in_place(const shm_plane *s);
 
 /* ddp_alloc and ddp_free over shared memory: collectives of the job, every rank with the
  * same bytes, in the same order. A region is a segment from every rank (shm_handover.h);

@@ -18,8 +18,9 @@ typedef struct {
     uint64_t seq, count;
     uint32_t kind, dtype, op;
     int32_t root;
-    int32_t region;  /* the input's region, by id; -1: copied into the staging buffer */
-    uint64_t offset; /* the input's first byte in it */
+    int32_t region;    /* the input's region, by id; -1: copied into the staging buffer */
+    uint32_t in_place; /* the input is the output too (ddp_all_reduce's buffer) */
+    uint64_t offset;   /* the input's first byte in it */
 } shm_call;
 
 /* What a segment's owner posts; alone on its cache line, as every rank polls it. */

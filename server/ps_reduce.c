@@ -33,8 +33,12 @@ static void reduce_slice(float *out, const float *const *in, uint32_t world, uin
     uint64_t lo = count * (uint64_t)part / (uint64_t)parts, hi = count * (uint64_t)(part + 1) / (uint64_t)parts;
     if (hi == lo)
         return;
-    memcpy(out + lo, in[0] + lo, (hi - lo) * sizeof(float));
-    for (uint32_t r = 1; r < world; r++)
+    /* the first two in one pass (a copy, then a sum over it, would go over out twice) */
+    if (world == 1)
+        memcpy(out + lo, in[0] + lo, (hi - lo) * sizeof(float));
+    else
+        reduce_pair(out + lo, in[0] + lo, in[1] + lo, hi - lo, DTYPE_F32, REDUCE_SUM);
+    for (uint32_t r = 2; r < world; r++)
         reduce_into(out + lo, in[r] + lo, hi - lo, DTYPE_F32, REDUCE_SUM);
     reduce_finish(out + lo, hi - lo, DTYPE_F32, REDUCE_AVG, (int)world);
 }

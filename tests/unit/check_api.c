@@ -21,6 +21,9 @@ START_TEST(test_null_group) {
     ck_assert_int_eq(ddp_all_reduce(NULL, &x, 1, DDP_I32, DDP_SUM), -EINVAL);
     ck_assert_int_eq(ddp_store_set(NULL, "k", "v", 1), -EINVAL);
     ck_assert_int_eq(ddp_ps_push(NULL, 0, NULL), -EINVAL);
+    ck_assert_int_eq(ddp_ps_pull(NULL, 0, NULL), -EINVAL);
+    ck_assert_ptr_null(ddp_ps_buffer(NULL, 0));
+    ck_assert_ptr_null(ddp_ps_average(NULL, 0));
     ddp_stats st;
     ck_assert_int_eq(ddp_get_stats(NULL, &st), -EINVAL);
     double waited;

@@ -85,7 +85,9 @@ DDP_EXPORT int ddp_ps_push(ddp_group *g, int bucket, const float *grads) {
     size_t bytes = g->ps_buckets[bucket] * sizeof(float);
     int r;
     if (body.shared) { /* ddpd reads it once every rank has pushed, before it answers: no one writes it till then */
-        memcpy(g->ps_pushed + ps_offset(g, bucket), grads, bytes);
+        char *at = g->ps_pushed + ps_offset(g, bucket);
+        if ((const char *)grads != at) /* else the caller computed them there (ddp_ps_buffer) */
+            memmove(at, grads, bytes);
         r = agent_send(&g->agent, &env);
     } else {
         r = agent_send_payload(&g->agent, &env, grads, bytes);
@@ -104,8 +106,21 @@ static bool is_pulled(const agent_event *ev, void *ctx) {
            e->type == DDP__MSG_TYPE__ERROR;
 }
 
+DDP_EXPORT float *ddp_ps_buffer(ddp_group *g, int bucket) {
+    if (!g || !g->ps_pushed || bucket < 0 || (size_t)bucket >= g->n_ps_buckets)
+        return NULL;
+    return (float *)(g->ps_pushed + ps_offset(g, bucket));
+}
+
+DDP_EXPORT const float *ddp_ps_average(ddp_group *g, int bucket) {
+    if (!g || !g->ps_average || bucket < 0 || (size_t)bucket >= g->n_ps_buckets)
+        return NULL;
+    return (const float *)(g->ps_average + ps_offset(g, bucket));
+}
+
 DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
-    TRY(ps_check(g, bucket, ret_average, "ps_pull"));
+    /* NULL: the average stays where ddpd wrote it (ddp_ps_average), if it writes one */
+    TRY(ps_check(g, bucket, ret_average ? (const void *)ret_average : ddp_ps_average(g, bucket), "ps_pull"));
     size_t bytes = g->ps_buckets[bucket] * sizeof(float);
     uint64_t step = g->ps_pull_step[bucket];
     if (step >= g->ps_push_step[bucket])
@@ -139,8 +154,9 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
             group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d %s, where this rank pushes %s", bucket,
                        avg->shared ? "in shared memory" : "as a frame", g->ps_average ? "in shared memory" : "frames");
     else {
-        memcpy(ret_average, avg->shared ? g->ps_average + ps_offset(g, bucket) : zmq_msg_data(&ev->msg.payload[0]),
-               bytes);
+        if (ret_average)
+            memcpy(ret_average, avg->shared ? g->ps_average + ps_offset(g, bucket) : zmq_msg_data(&ev->msg.payload[0]),
+                   bytes);
         g->ps_pull_step[bucket]++;
         comm_count_ddpd(&g->comm, 0, bytes);
     }

@@ -300,6 +300,15 @@ void model_sgd_step(model *m, float lr, float momentum, int first_step) {
     }
 }
 
+int model_sgd_step_from(model *m, const float *grads, float lr, float momentum, int first_step) {
+    const model_stage *st = &m->stages[0];
+    if (m->n_stages != 1 || !st->b->ops->host_memory)
+        return -EINVAL;
+    if (st->velocity)
+        st->b->ops->sgd_step(st->b, st->params, st->velocity, grads, st->count, lr, momentum, first_step);
+    return 0;
+}
+
 void model_download_block(model *m, model_block which, float *host) {
     for (int i = 0; i < m->n_stages; i++) {
         const model_stage *st = &m->stages[i];

@@ -103,6 +103,9 @@ void model_zero_grads(model *m);
 int model_lend_grads(model *m, float *block);
 /* torch.optim.SGD over every stage that holds a velocity. */
 void model_sgd_step(model *m, float lr, float momentum, int first_step);
+/* The same with the gradients read from grads (n_params, host memory, the flat layout)
+ * instead of the model's block: one stage on the host only (-EINVAL otherwise). */
+int model_sgd_step_from(model *m, const float *grads, float lr, float momentum, int first_step);
 /* n_params floats between the block and host, in the flat layout. */
 void model_download_block(model *m, model_block which, float *host);
 void model_upload_block(model *m, model_block which, const float *host);

@@ -1,7 +1,10 @@
 /* Parameter server: every rank forwards and backwards its shard and pushes each gradient
  * bucket to ddpd as soon as its layers' backward is done; ddpd averages every rank's push
  * in rank order and sends the average back; every rank then steps its own optimizer with
- * it. ddpd holds the reduction buffers; the ranks' memory stays equal. */
+ * it. ddpd holds the reduction buffers; the ranks' memory stays equal. Where a model on
+ * the host shares memory with ddpd, nothing is copied: backward computes the gradients in
+ * the push segment (ddp_ps_buffer) and SGD reads the averages where ddpd wrote them
+ * (ddp_ps_average). */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -9,7 +12,8 @@
 
 typedef struct {
     sync_ctx c;
-    int error; /* the first push that failed, during backward */
+    int error;        /* the first push that failed, during backward */
+    bool in_segments; /* gradients in the push segment, averages read in ddpd's */
 } ps_state;
 
 /* ddpd checks every push against the layout the members declare. */
@@ -21,6 +25,22 @@ static void ps_join(ddp_options *join, const bucket_plan *buckets, bool split) {
 
 static void ps_close(void *state) {
     free(state);
+}
+
+/* Whether the segments shared with ddpd hold the buckets where the model's gradient block
+ * does (the buckets one after another from the block's start, as with the one bucket of
+ * the default plan): then backward and SGD can work in them. */
+static bool segments_fit(const sync_ctx *c) {
+    if (!ddp_ps_buffer(c->g, 0) || !ddp_ps_average(c->g, 0))
+        return false;
+    for (int k = 0; k < c->buckets->n; k++) {
+        size_t off, count;
+        bucket_range(c->buckets, &c->m->spec, k, &off, &count);
+        if (ddp_ps_buffer(c->g, k) != ddp_ps_buffer(c->g, 0) + off ||
+            ddp_ps_average(c->g, k) != ddp_ps_average(c->g, 0) + off)
+            return false;
+    }
+    return true;
 }
 
 static int ps_open(const sync_ctx *c, void **ret_state) {
@@ -37,6 +57,7 @@ static int ps_open(const sync_ctx *c, void **ret_state) {
         return sync_fail(c, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(c->g));
     }
     staging_block_unwire(c->staging, MODEL_PARAMS, params);
+    s->in_segments = c->staging->direct && segments_fit(c) && model_lend_grads(c->m, ddp_ps_buffer(c->g, 0)) == 0;
     *ret_state = s;
     return 0;
 }
@@ -79,14 +100,18 @@ static int ps_step(void *state, int B, double *ret_loss) {
     for (int k = 0; k < c->buckets->n && r == 0; k++) {
         size_t off, count;
         bucket_range(c->buckets, &m->spec, k, &off, &count);
-        r = ddp_ps_pull(c->g, k, grads + off); /* the average replaces this rank's gradients */
+        /* the average replaces this rank's gradients, or stays in ddpd's segment */
+        r = ddp_ps_pull(c->g, k, s->in_segments ? NULL : grads + off);
     }
     double t2 = sync_now();
     if (r < 0)
         return sync_fail(c, r, "exchanging gradients with ddpd at step %llu: %s", (unsigned long long)*c->step,
                          ddp_last_error(c->g));
     staging_block_unwire(st, MODEL_GRADS, grads);
-    sync_sgd_step(c);
+    if (s->in_segments)
+        model_sgd_step_from(m, ddp_ps_average(c->g, 0), c->lr, c->momentum, *c->step == 0);
+    else
+        sync_sgd_step(c);
     model_synchronize(m);
     double t3 = sync_now();
     c->times->compute_s += (t1 - t0) + (t3 - t2);

@@ -132,6 +132,15 @@ int ddp_free(ddp_group *g, void *buf);
  * order and sends the average to all; pull waits for it (at most timeout_ms). */
 int ddp_ps_push(ddp_group *g, int bucket, const float *grads);
 int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average);
+/* Where a rank that shares memory with ddpd (on its host) meets it, so that nothing is
+ * copied: ddp_ps_buffer is where ddpd reads bucket's pushes from (a push whose grads are
+ * there is not copied; they may be written again once the bucket is pulled), and
+ * ddp_ps_average where it writes bucket's average (read-only; valid from the pull until
+ * the bucket's next push; ddp_ps_pull with ret_average NULL only waits for it). The
+ * buckets lie one after another, in their order. NULL where the averages come as frames
+ * (another host, DDP_TRANSPORT=zmq). */
+float *ddp_ps_buffer(ddp_group *g, int bucket);
+const float *ddp_ps_average(ddp_group *g, int bucket);
 
 /* The job's key-value store, kept by ddpd (torch.distributed's TCPStore): keys are
  * printable text of 1 to 512 bytes, values up to 1 MiB. Get waits, at most the group's

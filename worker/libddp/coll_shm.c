@@ -23,6 +23,10 @@
 #define SHM_CHUNK_BYTES (1u << 20)
 _Static_assert(SHM_CHUNK_BYTES <= SHM_BUFFER_BYTES, "a piece fits the staging buffer");
 #define SHM_BLOCK_BYTES (16u << 10) /* a slice is reduced and copied out in blocks of this */
+/* From this, an in-place all-reduce of ddp_alloc memory leaves the staging buffers out; below,
+ * the wait before it returns (its peers read its buffer) costs more than the copies
+ * (tests/bench/allreduce_vs_mpi.sh: slower at 64 and 256 KiB, faster from 1 MiB). */
+#define SHM_IN_PLACE_MIN_BYTES (1u << 20)
 
 typedef struct {
     shm_plane *plane;
@@ -177,7 +181,8 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
         TRY(off == 0 ? shm_wait_arrivals(c, s, given, call) : shm_wait_all(c, s, given, call));
         if (off == 0) {
             TRY(shm_peer_inputs(c, s, call, &regions));
-            if (shm_all_in_place(s)) /* every rank decides alike: they read the same calls */
+            /* every rank decides alike: they read the same calls */
+            if (shm_all_in_place(s) && call->count * es >= SHM_IN_PLACE_MIN_BYTES)
                 return all_reduce_in_place(c, a, regions);
         }
         slice(len, me, n, &lo, &hi);

@@ -137,21 +137,17 @@ int config_set(const config_spec *spec, void *target, const char *name, const ch
 typedef struct {
     const config_spec *spec;
     void *target;
-    const char *path;
-    char *err;
-    size_t err_size;
     int failed;
+    char detail[600]; /* what is wrong, after "path:line: " (the path may be any length) */
 } config_ini_state;
 
 static int config_ini_handler(void *user, const char *section, const char *name, const char *value) {
     config_ini_state *st = user;
     if (st->failed)
         return 0;
-    char where[512];
-    snprintf(where, sizeof(where), "%s", st->path);
     if (section[0] && strcmp(section, st->spec->program) != 0) {
-        snprintf(st->err, st->err_size, "%s: unknown section [%.64s] (keys go at the top or under [%s])", where,
-                 section, st->spec->program);
+        snprintf(st->detail, sizeof(st->detail), "unknown section [%.64s] (keys go at the top or under [%s])", section,
+                 st->spec->program);
         st->failed = -EINVAL;
         return 0;
     }
@@ -159,13 +155,11 @@ static int config_ini_handler(void *user, const char *section, const char *name,
     if (opt && strcmp(opt->name, "config") == 0)
         opt = NULL; /* a config file does not name another */
     if (!opt) {
-        snprintf(st->err, st->err_size, "%s: unknown key '%.64s'", where, name);
+        snprintf(st->detail, sizeof(st->detail), "unknown key '%.64s'", name);
         st->failed = -EINVAL;
         return 0;
     }
-    char label[600];
-    snprintf(label, sizeof(label), "%s: %s", where, opt->name);
-    int r = config_assign(opt, st->target, value, label, st->err, st->err_size);
+    int r = config_assign(opt, st->target, value, opt->name, st->detail, sizeof(st->detail));
     if (r < 0) {
         st->failed = r;
         return 0;
@@ -262,21 +256,15 @@ int config_read_file(const config_spec *spec, void *target, const char *path, ch
     int r = config_slurp(path, &text, err, err_size);
     if (r < 0)
         return r;
-    config_ini_state st = {spec, target, path, err, err_size, 0};
+    config_ini_state st = {.spec = spec, .target = target};
     int line = ini_parse_string(text, config_ini_handler, &st);
     free(text);
     if (line == -2) {
         snprintf(err, err_size, "%s: out of memory", path);
         return -ENOMEM;
     }
-    if (st.failed || line > 0) {
-        /* Put the line number after the path: "ddpd.conf:3: unknown key 'x'". */
-        char detail[512];
-        if (st.failed)
-            snprintf(detail, sizeof(detail), "%s", err + strlen(path));
-        else
-            snprintf(detail, sizeof(detail), ": syntax error");
-        snprintf(err, err_size, "%s:%d%s", path, line, detail);
+    if (st.failed || line > 0) { /* "ddpd.conf:3: unknown key 'x'" */
+        snprintf(err, err_size, "%s:%d: %s", path, line, st.failed ? st.detail : "syntax error");
         return st.failed ? st.failed : -EINVAL;
     }
     return 0;

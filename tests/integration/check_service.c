@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -89,7 +90,10 @@ START_TEST(test_notify_and_metrics) {
     snprintf(env_socket, sizeof(env_socket), "NOTIFY_SOCKET=%s", path);
     snprintf(metrics, sizeof(metrics), "/tmp/check_service_%d.prom", (int)getpid());
     const char *env[] = {env_socket, "WATCHDOG_USEC=200000", NULL};
-    const char *argv[] = {DDPD_PATH, "--listen", "tcp://127.0.0.1:*", "--metrics-file", metrics, NULL};
+    /* under the unit's UMask=0077, as systemd runs it */
+    const char *argv[] = {"/bin/sh",        "-c",       "umask 077 && exec \"$0\" \"$@\"",
+                          DDPD_PATH,        "--listen", "tcp://127.0.0.1:*",
+                          "--metrics-file", metrics,    NULL};
     ddpd_proc d;
     proc_start(&d.p, argv, env);
     ck_assert_msg(proc_expect(&d.p, "listening on ", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
@@ -112,6 +116,9 @@ START_TEST(test_notify_and_metrics) {
     ck_assert(next_notification(fd, "WATCHDOG=1", seen, sizeof(seen)));
     FILE *f = fopen(metrics, "r");
     ck_assert_msg(f, "no %s", metrics);
+    struct stat st; /* node_exporter reads it as another user */
+    ck_assert_int_eq(fstat(fileno(f), &st), 0);
+    ck_assert_msg((st.st_mode & 0777) == 0644, "%s is %o under umask 077, not 644", metrics, st.st_mode & 0777);
     char text[8192];
     size_t n = fread(text, 1, sizeof(text) - 1, f);
     text[n] = '\0';

@@ -252,6 +252,48 @@ START_TEST(test_config_files) {
 }
 END_TEST
 
+/* A config file whose path is longer than the error buffer: the error is cut short, never
+ * read past; with room, it names the path whole, the line and the key. */
+START_TEST(test_long_config_path) {
+    char dir[1024], path[1100], seg[201];
+    memset(seg, 'd', 200);
+    seg[200] = '\0';
+    int n = snprintf(dir, sizeof(dir), "/tmp/check_config_long_%d", (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    for (int k = 0; k < 3; k++) {
+        n += snprintf(dir + n, sizeof(dir) - (size_t)n, "/%s", seg);
+        ck_assert_int_eq(mkdir(dir, 0700), 0);
+    }
+    snprintf(path, sizeof(path), "%s/testd.ini", dir);
+    ck_assert_uint_gt(strlen(path), 600);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("ratio = 0.5\nbogus = 1\n", f);
+    fclose(f);
+    memset(&o, 0, sizeof(o));
+    char small[512], large[2048], want[2048];
+    ck_assert_int_eq(config_read_file(&spec, &o, path, small, sizeof(small)), -EINVAL);
+    ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
+    ck_assert_int_eq(strncmp(small, path, sizeof(small) - 1), 0);
+    ck_assert_int_eq(config_read_file(&spec, &o, path, large, sizeof(large)), -EINVAL);
+    snprintf(want, sizeof(want), "%s:2: unknown key 'bogus'", path);
+    ck_assert_str_eq(large, want);
+    ck_assert_int_eq(config_read_file(&spec, &o, path, large, sizeof(large)), -EINVAL); /* and a bad value */
+    f = fopen(path, "w");
+    fputs("heartbeat-ms = 5\n", f);
+    fclose(f);
+    ck_assert_int_eq(config_read_file(&spec, &o, path, large, sizeof(large)), -EINVAL);
+    snprintf(want, sizeof(want), "%s:1: heartbeat-ms: 5 is out of range [10, 60000]", path);
+    ck_assert_str_eq(large, want);
+    unlink(path);
+    for (int k = 0; k < 4; k++) {
+        rmdir(dir);
+        *strrchr(dir, '/') = '\0';
+    }
+    config_free(&spec, &o);
+}
+END_TEST
+
 START_TEST(test_config_set) {
     memset(&o, 0, sizeof(o));
     ck_assert_int_eq(config_set(&spec, &o, "heartbeat_ms", "77", "here", err, sizeof(err)), 0);
@@ -282,6 +324,7 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_help_text);
     tcase_add_test(limits, test_config_set);
     tcase_add_test(bad, test_config_files);
+    tcase_add_test(bad, test_long_config_path);
     tcase_add_loop_test(bad, test_bad_input, 0, (int)(sizeof(bad_inputs) / sizeof(bad_inputs[0])));
     return check_main(s, argc, argv);
 }

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Installs every Debian package that ddpd's build, its tests and the default dataset need;
-# with --bench, also the peers that tests/bench/ measures against (OpenMPI, PyTorch).
-# Idempotent and non-interactive; run as root (or through sudo).
-#   deploy/install-deps.sh [--bench]
+# with --bench, also the peers that tests/bench/ measures against (OpenMPI, PyTorch); with
+# --fuzz, clang and its libFuzzer runtime (tests/fuzz). Idempotent and non-interactive;
+# run as root (or through sudo).
+#   deploy/install-deps.sh [--bench|--fuzz]
 set -eu
 
 packages="
@@ -21,7 +22,8 @@ packages="
 case "${1:-}" in
   "") ;;
   --bench) packages="$packages openmpi-bin libopenmpi-dev python3-torch bc" ;;
-  *) echo "usage: install-deps.sh [--bench]" >&2; exit 2 ;;
+  --fuzz) packages="$packages clang libclang-rt-14-dev" ;;
+  *) echo "usage: install-deps.sh [--bench|--fuzz]" >&2; exit 2 ;;
 esac
 
 missing=""

@@ -131,9 +131,11 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
     if (!ev) {
         uint32_t wanted = (uint32_t)bucket;
         int r = group_next_event(g, clock_now_ms() + (uint64_t)g->timeout_ms, is_pulled, &wanted, &ev);
-        if (r == -ETIMEDOUT)
-            return g->failed = group_fail(g, r, "ps_pull: no average of bucket %d (step %llu) from ddpd within %d ms",
-                                          bucket, (unsigned long long)step, g->timeout_ms);
+        if (r == -ETIMEDOUT) {
+            g->failed = group_fail(g, r, "ps_pull: no average of bucket %d (step %llu) from ddpd within %d ms", bucket,
+                                   (unsigned long long)step, g->timeout_ms);
+            return r;
+        }
         if (r < 0)
             return r;
         if (ev->msg.env->type == DDP__MSG_TYPE__ERROR) { /* ddpd refused a push */
@@ -146,11 +148,11 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
     int r = 0;
     size_t got = avg->shared ? bytes : zmq_msg_size(&ev->msg.payload[0]);
     if (avg->step != step || got != bytes)
-        r = g->failed =
+        g->failed = r =
             group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d of step %llu (%zu bytes) for step %llu (%zu)", bucket,
                        (unsigned long long)avg->step, got, (unsigned long long)step, bytes);
     else if (avg->shared != (g->ps_average != NULL))
-        r = g->failed =
+        g->failed = r =
             group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d %s, where this rank pushes %s", bucket,
                        avg->shared ? "in shared memory" : "as a frame", g->ps_average ? "in shared memory" : "frames");
     else {

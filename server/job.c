@@ -32,9 +32,7 @@ job *job_new(const char *name, const char *mode, uint32_t world_size, const uint
 void job_free(job *j) {
     if (!j)
         return;
-    while (j->n_waiters)
-        job_remove_waiter(j, j->n_waiters - 1);
-    free(j->waiters);
+    store_waits_clear(&j->waits);
     store_clear(&j->store);
     ps_shm_close(&j->shm);
     ps_free(&j->ps);
@@ -173,28 +171,4 @@ size_t job_active_members(const job *j) {
     for (size_t i = 0; i < j->n_members; i++)
         n += !j->members[i].left;
     return n;
-}
-
-int job_add_waiter(job *j, const job_waiter *w) {
-    if (j->n_waiters >= DDP_MAX_STORE_WAITERS)
-        return -ENOSPC;
-    if (j->n_waiters == j->waiters_capacity) {
-        size_t cap = j->waiters_capacity ? 2 * j->waiters_capacity : 8;
-        job_waiter *grown = realloc(j->waiters, cap * sizeof(*grown));
-        if (!grown)
-            return -ENOMEM;
-        j->waiters = grown;
-        j->waiters_capacity = cap;
-    }
-    j->waiters[j->n_waiters++] = *w;
-    return 0;
-}
-
-void job_remove_waiter(job *j, size_t index) {
-    job_waiter *w = &j->waiters[index];
-    for (size_t k = 0; k < w->n_keys; k++)
-        free(w->keys[k]);
-    free(w->keys);
-    memmove(w, w + 1, (j->n_waiters - index - 1) * sizeof(job_waiter));
-    j->n_waiters--;
 }

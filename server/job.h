@@ -14,6 +14,7 @@
 #include "server/ps.h"
 #include "server/ps_shm.h"
 #include "server/store.h"
+#include "server/store_waits.h"
 
 typedef enum { JOB_FORMING, JOB_RUNNING } job_state;
 
@@ -39,18 +40,6 @@ typedef struct {
     char waiting_in[64];
 } job_member;
 
-/* A member blocked in a store wait. */
-typedef struct {
-    uint8_t identity[WIRE_MAX_IDENTITY];
-    size_t identity_size;
-    int32_t rank;
-    uint64_t seq;
-    char **keys;
-    size_t n_keys;
-    uint64_t deadline_ms;
-    uint32_t timeout_ms;
-} job_waiter;
-
 typedef struct {
     char name[DDP_MAX_JOB_NAME + 1];
     char mode[DDP_MAX_MODE + 1];
@@ -64,8 +53,7 @@ typedef struct {
     uint64_t barrier_round;
     uint32_t barrier_arrived;
     store store;
-    job_waiter *waiters;
-    size_t n_waiters, waiters_capacity;
+    store_waits waits;   /* members blocked in a store wait */
     uint64_t *ps_layout; /* ps mode: elements per gradient bucket, as the members declared */
     size_t n_ps_layout;
     ps_state ps; /* set up when the job forms */
@@ -93,6 +81,3 @@ int job_form(job *j, uint64_t generation);
 void job_missing_ranks(const job *j, char *buf, size_t size);
 /* Members that have not left. */
 size_t job_active_members(const job *j);
-
-int job_add_waiter(job *j, const job_waiter *w);
-void job_remove_waiter(job *j, size_t index);

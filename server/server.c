@@ -353,20 +353,13 @@ static void server_send_value(server *s, const job *j, const uint8_t *identity, 
     server_send(s, identity, identity_size, &env);
 }
 
-/* Answers every store wait whose keys are now all set. */
-static void server_wake_waiters(server *s, job *j) {
-    for (size_t i = 0; i < j->n_waiters;) {
-        job_waiter *w = &j->waiters[i];
-        bool ready = true;
-        for (size_t k = 0; k < w->n_keys && ready; k++)
-            ready = store_get(&j->store, w->keys[k]) != NULL;
-        if (!ready) {
-            i++;
-            continue;
-        }
+/* Answers the store waits in ready (chained through next), and frees them. */
+static void server_answer_waiters(server *s, job *j, store_waiter *ready) {
+    for (store_waiter *w = ready, *next; w; w = next) {
+        next = w->next;
         server_send_value(s, j, w->identity, w->identity_size, w->seq, w->keys[0], store_get(&j->store, w->keys[0]),
                           true);
-        job_remove_waiter(j, i);
+        store_waiter_free(w);
     }
 }
 
@@ -378,6 +371,7 @@ static void server_on_store(server *s, const wire_msg *msg) {
     const Ddp__Envelope *env = msg->env;
     switch (env->type) {
     case DDP__MSG_TYPE__STORE_SET: {
+        bool fresh = !store_get(&j->store, env->store_set->key); /* only a new key completes waits */
         int r = store_set(&j->store, env->store_set->key, env->store_set->value.data, env->store_set->value.len);
         if (r < 0) {
             server_send_error(s, msg, r, "store-set '%.64s' in job '%s': %s (limits: %u keys, %u bytes)",
@@ -386,7 +380,8 @@ static void server_on_store(server *s, const wire_msg *msg) {
             return;
         }
         server_send_value(s, j, msg->identity, msg->identity_size, env->seq, env->store_set->key, NULL, false);
-        server_wake_waiters(s, j);
+        if (fresh)
+            server_answer_waiters(s, j, store_waits_key_set(&j->waits, env->store_set->key));
         return;
     }
     case DDP__MSG_TYPE__STORE_GET: {
@@ -397,25 +392,27 @@ static void server_on_store(server *s, const wire_msg *msg) {
     default: { /* STORE_WAIT */
         const Ddp__StoreWait *sw = env->store_wait;
         uint32_t timeout = sw->timeout_ms ? sw->timeout_ms : DDP_DEFAULT_TIMEOUT_MS;
-        job_waiter w = {.identity_size = msg->identity_size,
-                        .rank = m->rank,
-                        .seq = env->seq,
-                        .deadline_ms = clock_now_ms() + timeout,
-                        .timeout_ms = timeout};
-        memcpy(w.identity, msg->identity, msg->identity_size);
-        w.keys = calloc(sw->n_keys, sizeof(char *));
-        for (size_t k = 0; w.keys && k < sw->n_keys; k++, w.n_keys++)
-            if (!(w.keys[k] = strdup(sw->keys[k])))
-                break;
-        int r = !w.keys || w.n_keys < sw->n_keys ? -ENOMEM : job_add_waiter(j, &w);
-        if (r < 0) {
-            for (size_t k = 0; k < w.n_keys; k++)
-                free(w.keys[k]);
-            free(w.keys);
-            server_send_error(s, msg, r, "store-wait in job '%s': %s", j->name, error_string(r));
-            return;
+        store_waiter *w = calloc(1, sizeof(*w));
+        if (w) {
+            *w = (store_waiter){.identity_size = msg->identity_size,
+                                .rank = m->rank,
+                                .seq = env->seq,
+                                .deadline_ms = clock_now_ms() + timeout,
+                                .timeout_ms = timeout};
+            memcpy(w->identity, msg->identity, msg->identity_size);
+            w->keys = calloc(sw->n_keys, sizeof(char *));
+            for (size_t k = 0; w->keys && k < sw->n_keys; k++, w->n_keys++)
+                if (!(w->keys[k] = strdup(sw->keys[k])))
+                    break;
         }
-        server_wake_waiters(s, j);
+        bool ready = false;
+        int r = !w || !w->keys || w->n_keys < sw->n_keys ? -ENOMEM : store_waits_add(&j->waits, &j->store, w, &ready);
+        if (r < 0) {
+            store_waiter_free(w);
+            server_send_error(s, msg, r, "store-wait in job '%s': %s", j->name, error_string(r));
+        } else if (ready) {
+            server_answer_waiters(s, j, w);
+        }
         return;
     }
     }
@@ -748,12 +745,10 @@ void server_dispatch(server *s) {
 /* ---- housekeeping ----------------------------------------------------------------- */
 
 static void server_expire_waiters(server *s, job *j, uint64_t now) {
-    for (size_t i = 0; i < j->n_waiters;) {
-        job_waiter *w = &j->waiters[i];
-        if (now < w->deadline_ms) {
-            i++;
+    for (store_waiter *w = j->waits.head, *next; w; w = next) {
+        next = w->next;
+        if (now < w->deadline_ms)
             continue;
-        }
         char text[DDP_MAX_REASON];
         snprintf(text, sizeof(text), "store-wait for '%.64s'%s in job '%s' timed out after %u ms", w->keys[0],
                  w->n_keys > 1 ? " and others" : "", j->name, w->timeout_ms);
@@ -764,7 +759,8 @@ static void server_expire_waiters(server *s, job *j, uint64_t now) {
         wire_envelope_init(&env, DDP__MSG_TYPE__ERROR, j->name, -1, j->generation, w->seq);
         env.error = &body;
         server_send(s, w->identity, w->identity_size, &env);
-        job_remove_waiter(j, i);
+        store_waits_remove(&j->waits, &j->store, w);
+        store_waiter_free(w);
     }
 }
 

@@ -7,10 +7,8 @@
 #include "common/limits.h"
 
 static store_entry *store_find(const store *s, const char *key) {
-    for (size_t i = 0; i < s->n_entries; i++)
-        if (strcmp(s->entries[i].key, key) == 0)
-            return &s->entries[i];
-    return NULL;
+    uintptr_t at = (uintptr_t)strmap_get(&s->index, key);
+    return at ? &s->entries[at - 1] : NULL;
 }
 
 const store_entry *store_get(const store *s, const char *key) {
@@ -47,7 +45,8 @@ int store_set(store *s, const char *key, const uint8_t *value, size_t size) {
             s->capacity = cap;
         }
         char *k = strdup(key);
-        if (!k) {
+        if (!k || strmap_put(&s->index, key, (void *)(uintptr_t)(s->n_entries + 1)) < 0) {
+            free(k);
             free(copy);
             return -ENOMEM;
         }
@@ -67,5 +66,6 @@ void store_clear(store *s) {
         free(s->entries[i].value);
     }
     free(s->entries);
+    strmap_clear(&s->index);
     *s = (store){0};
 }

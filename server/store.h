@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/strmap.h"
+
 typedef struct {
     char *key;
     uint8_t *value;
@@ -14,6 +16,7 @@ typedef struct {
     store_entry *entries;
     size_t n_entries, capacity;
     size_t bytes; /* keys and values together */
+    strmap index; /* key -> its entry's place + 1: a get is one lookup, however many keys */
 } store;
 
 /* Sets or replaces key. -ENOSPC when the store would exceed its limits, -EMSGSIZE when

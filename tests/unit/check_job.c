@@ -56,7 +56,7 @@ START_TEST(test_new_job) {
     ck_assert_uint_eq(j->world_size, 8);
     ck_assert_uint_eq(j->created_ms, 555);
     ck_assert_uint_eq(j->n_members, 0);
-    ck_assert_uint_eq(j->n_waiters, 0);
+    ck_assert_uint_eq(j->waits.n, 0);
     ck_assert_uint_eq(j->store.n_entries, 0);
     ck_assert(!job_complete(j));
     ck_assert_uint_eq(job_active_members(j), 0);

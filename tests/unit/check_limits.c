@@ -283,8 +283,8 @@ START_TEST(test_buffers_match_limits) {
     ck_assert_uint_eq(sizeof(m->endpoint), DDP_MAX_ENDPOINT + 1);
     ck_assert_uint_eq(sizeof(m->identity), WIRE_MAX_IDENTITY);
     ck_assert_int_le(DDP_MAX_WORLD_SIZE, INT32_MAX);
-    ck_assert_int_le(DDP_MAX_WORLD_SIZE, DDP_MAX_PEERS); /* a full world can connect */
-    ck_assert_int_ge(DDP_MAX_STORE_KEYS, DDP_MAX_WORLD_SIZE); /* every rank can publish a key */
+    ck_assert_int_le(DDP_MAX_WORLD_SIZE, DDP_MAX_PEERS);         /* a full world can connect */
+    ck_assert_int_ge(DDP_MAX_STORE_KEYS, DDP_MAX_WORLD_SIZE);    /* every rank can publish a key */
     ck_assert_int_ge(DDP_MAX_STORE_WAITERS, DDP_MAX_WORLD_SIZE); /* every rank can wait */
     ck_assert_int_le(DDP_MAX_JOB_NAME, DDP_MAX_CONFIG_STRING);
 }
@@ -477,34 +477,40 @@ START_TEST(test_job_members_beyond_world) {
 }
 END_TEST
 
+/* A waiter on one key, as ddpd makes it. */
+static store_waiter *waiter(uint64_t seq, const char *key) {
+    store_waiter *w = calloc(1, sizeof(*w));
+    ck_assert_ptr_nonnull(w);
+    w->seq = seq;
+    w->n_keys = 1;
+    w->keys = malloc(sizeof(char *));
+    ck_assert_ptr_nonnull(w->keys);
+    w->keys[0] = strdup(key);
+    return w;
+}
+
 START_TEST(test_job_waiters_limit) {
     job *j = job_new("waits", "", 2, NULL, 0, 0);
     ck_assert_ptr_nonnull(j);
-    for (size_t i = 0; i < DDP_MAX_STORE_WAITERS; i++) {
-        job_waiter w;
-        memset(&w, 0, sizeof(w));
-        w.rank = (int32_t)(i % 2);
-        w.seq = i;
-        w.n_keys = 1;
-        w.keys = malloc(sizeof(char *));
-        ck_assert_ptr_nonnull(w.keys);
-        w.keys[0] = strdup("key");
-        ck_assert_int_eq(job_add_waiter(j, &w), 0);
-    }
-    ck_assert_uint_eq(j->n_waiters, DDP_MAX_STORE_WAITERS);
-    job_waiter extra;
-    memset(&extra, 0, sizeof(extra));
-    extra.seq = 99999;
-    ck_assert_int_eq(job_add_waiter(j, &extra), -ENOSPC);
-    ck_assert_uint_eq(j->n_waiters, DDP_MAX_STORE_WAITERS);
-    ck_assert_uint_eq(j->waiters[DDP_MAX_STORE_WAITERS - 1].seq, DDP_MAX_STORE_WAITERS - 1);
+    bool ready;
+    for (size_t i = 0; i < DDP_MAX_STORE_WAITERS; i++)
+        ck_assert_int_eq(store_waits_add(&j->waits, &j->store, waiter(i, "key"), &ready), 0);
+    ck_assert_uint_eq(j->waits.n, DDP_MAX_STORE_WAITERS);
+    store_waiter *extra = waiter(99999, "key");
+    ck_assert_int_eq(store_waits_add(&j->waits, &j->store, extra, &ready), -ENOSPC);
+    ck_assert_uint_eq(j->waits.n, DDP_MAX_STORE_WAITERS);
+    ck_assert_uint_eq(j->waits.tail->seq, DDP_MAX_STORE_WAITERS - 1);
     /* removing one makes room for one */
-    job_remove_waiter(j, 0);
-    ck_assert_uint_eq(j->waiters[0].seq, 1);
-    ck_assert_int_eq(job_add_waiter(j, &extra), 0);
-    ck_assert_uint_eq(j->waiters[DDP_MAX_STORE_WAITERS - 1].seq, 99999);
-    ck_assert_int_eq(job_add_waiter(j, &extra), -ENOSPC);
-    job_free(j); /* frees every waiter's keys */
+    store_waiter *first = j->waits.head;
+    store_waits_remove(&j->waits, &j->store, first);
+    store_waiter_free(first);
+    ck_assert_uint_eq(j->waits.head->seq, 1);
+    ck_assert_int_eq(store_waits_add(&j->waits, &j->store, extra, &ready), 0);
+    ck_assert_uint_eq(j->waits.tail->seq, 99999);
+    store_waiter *more = waiter(100000, "key");
+    ck_assert_int_eq(store_waits_add(&j->waits, &j->store, more, &ready), -ENOSPC);
+    store_waiter_free(more);
+    job_free(j); /* frees every waiter and its keys */
 }
 END_TEST
 

@@ -1,5 +1,6 @@
 #include "common/wire.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,40 @@ static bool wire_has_more(void *socket) {
     return zmq_getsockopt(socket, ZMQ_RCVMORE, &more, &more_size) == 0 && more;
 }
 
+/* The last ':' in [start, end), or NULL. */
+static const char *colon_before(const char *start, const char *end) {
+    while (end > start)
+        if (*--end == ':')
+            return end;
+    return NULL;
+}
+
+/* The number in [p, end): all digits, at most UINT32_MAX. */
+static bool parse_u32(const char *p, const char *end, uint32_t *ret) {
+    uint64_t v = 0;
+    if (p == end)
+        return false;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9' || (v = v * 10 + (uint64_t)(*p - '0')) > UINT32_MAX)
+            return false;
+    }
+    *ret = (uint32_t)v;
+    return true;
+}
+
+int wire_peer_credentials(const wire_msg *msg, uint32_t *ret_uid, uint32_t *ret_pid) {
+    /* "HOST:UID:GID:PID": the last three fields */
+    const char *end = msg->peer + strlen(msg->peer);
+    const char *before_pid = colon_before(msg->peer, end);
+    const char *before_gid = before_pid ? colon_before(msg->peer, before_pid) : NULL;
+    const char *before_uid = before_gid ? colon_before(msg->peer, before_gid) : NULL;
+    uint32_t gid;
+    if (!before_uid || !parse_u32(before_uid + 1, before_gid, ret_uid) ||
+        !parse_u32(before_gid + 1, before_pid, &gid) || !parse_u32(before_pid + 1, end, ret_pid))
+        return -ENOENT;
+    return 0;
+}
+
 int wire_recv(void *socket, bool router, int flags, wire_msg *msg) {
     msg->identity_size = 0;
     msg->env = NULL;
@@ -134,6 +169,7 @@ int wire_recv(void *socket, bool router, int flags, wire_msg *msg) {
         zmq_msg_close(&frame);
         return r;
     }
+    msg->peer[0] = '\0';
     if (router) {
         /* ROUTER prepends the routing id; it is at most 255 bytes by construction. */
         msg->identity_size = zmq_msg_size(&frame);
@@ -149,6 +185,10 @@ int wire_recv(void *socket, bool router, int flags, wire_msg *msg) {
             zmq_msg_close(&frame);
             return r;
         }
+        /* the connection's metadata rides on the peer's own frames (the routing id that
+         * ROUTER makes up after a poll carries none) */
+        const char *peer = zmq_msg_gets(&frame, "Peer-Address");
+        snprintf(msg->peer, sizeof(msg->peer), "%s", peer ? peer : "");
     }
 
     /* Count and size every frame before anything is decoded. */

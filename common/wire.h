@@ -22,6 +22,10 @@ typedef struct {
 typedef struct {
     uint8_t identity[WIRE_MAX_IDENTITY]; /* the sender, on a ROUTER socket */
     size_t identity_size;
+    /* On a ROUTER socket, ZeroMQ's Peer-Address of the connection: over ipc:// the kernel's
+     * credentials of the peer as "...:UID:GID:PID" (SO_PEERCRED, taken at connect; see
+     * wire_peer_credentials), over TCP its address; "" when ZeroMQ gives none. */
+    char peer[96];
     Ddp__Envelope *env; /* NULL when the envelope could not be decoded */
     zmq_msg_t payload[DDP_MAX_PAYLOAD_FRAMES];
     size_t n_payload;
@@ -51,6 +55,11 @@ int wire_send(void *socket, const uint8_t *identity, size_t identity_size, const
  * last two msg->env is still set so the caller can answer. Always wire_msg_close() it. */
 int wire_recv(void *socket, bool router, int flags, wire_msg *msg);
 void wire_msg_close(wire_msg *msg);
+
+/* The kernel's uid and pid of the peer that sent msg over an ipc:// connection (parsed
+ * from msg->peer); -ENOENT when there are none (TCP, inproc). Only for a socket bound to
+ * ipc://: a TCP peer's IPv6 address has colons too. */
+int wire_peer_credentials(const wire_msg *msg, uint32_t *ret_uid, uint32_t *ret_pid);
 
 /* Validates a decoded envelope carrying n_payload payload frames. Fills err on failure. */
 int wire_validate(const Ddp__Envelope *env, size_t n_payload, char *err, size_t err_size);

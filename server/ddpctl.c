@@ -65,8 +65,13 @@ static void print_table(const char *endpoint, const Ddp__StatusReply *st) {
     for (size_t i = 0; i < st->n_jobs; i++) {
         const Ddp__JobStatus *j = st->jobs[i];
         format_duration(j->age_ms, age, sizeof(age));
-        printf("\njob '%s': %s, %zu/%u members, mode %s, generation %llu, age %s\n", j->name, j->state, j->n_members,
-               j->world_size, j->mode[0] ? j->mode : "-", (unsigned long long)j->generation, age);
+        printf("\njob '%s'%s%s: %s, %u/%u members, mode %s, generation %llu, age %s\n", j->name,
+               j->owner[0] ? " of user " : "", j->owner, j->state, j->joined, j->world_size, j->mode[0] ? j->mode : "-",
+               (unsigned long long)j->generation, age);
+        if (j->withheld) { /* another user's job: its members are its owner's business */
+            printf("  (members withheld: the job of another user)\n");
+            continue;
+        }
         printf("  %-6s %-8s %-20s %-10s %-9s %-11s %s\n", "RANK", "PID", "HOST", "STEP", "SAMPLES/S", "LAST HEARD",
                "ENDPOINT");
         for (size_t k = 0; k < j->n_members; k++) {
@@ -106,6 +111,9 @@ static int print_json(const char *endpoint, const Ddp__StatusReply *st) {
         cJSON_AddNumberToObject(job, "world_size", j->world_size);
         cJSON_AddNumberToObject(job, "generation", (double)j->generation);
         cJSON_AddNumberToObject(job, "age_ms", (double)j->age_ms);
+        cJSON_AddStringToObject(job, "owner", j->owner);
+        cJSON_AddNumberToObject(job, "joined", j->joined);
+        cJSON_AddBoolToObject(job, "withheld", j->withheld);
         members = cJSON_AddArrayToObject(job, "members");
         for (size_t k = 0; k < j->n_members; k++) {
             const Ddp__MemberStatus *m = j->members[k];

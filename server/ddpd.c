@@ -33,6 +33,8 @@ static const config_option ddpd_options[] = {
      "LEVEL", log_levels},
     {"metrics-file", CONFIG_STRING, 1, 4096, NULL, offsetof(server_options, metrics_file),
      "write jobs and members in the Prometheus text format here every second (atomically)", "PATH"},
+    {"operator-group", CONFIG_STRING, 1, 64, "ddp", offsetof(server_options, operator_group),
+     "its members, and root, may see and abort every user's job", "GROUP"},
     {"version", CONFIG_BOOL, 0, 1, NULL, offsetof(server_options, version), "print the version and exit", NULL, NULL,
      NULL, 'V'},
     {"help", CONFIG_BOOL, 0, 1, NULL, offsetof(server_options, help), "print this help and exit", NULL, NULL, NULL,

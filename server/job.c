@@ -23,6 +23,7 @@ job *job_new(const char *name, const char *mode, uint32_t world_size, const uint
     snprintf(j->mode, sizeof(j->mode), "%s", mode);
     j->state = JOB_FORMING;
     j->world_size = world_size;
+    j->owner = -1;
     j->shm = (ps_shm){.listener = -1, .average_fd = -1};
     j->created_ms = now_ms;
     j->progress_logged_ms = now_ms;

@@ -42,6 +42,7 @@ typedef struct {
 
 typedef struct {
     char name[DDP_MAX_JOB_NAME + 1];
+    int64_t owner; /* the uid of the user whose member formed it; -1: unknown (a TCP client) */
     char mode[DDP_MAX_MODE + 1];
     job_state state;
     uint32_t world_size;

@@ -1,9 +1,13 @@
 #include "server/server.h"
 
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -68,13 +72,57 @@ static void server_send_heartbeat(server *s, const job *j, const job_member *m) 
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
-static job *server_find_job(server *s, const char *name, size_t *ret_index) {
+/* ---- who asks ------------------------------------------------------------------------- */
+
+/* The uid of the user who sent msg, as the kernel says (ddpd bound to ipc://); -1 when
+ * ddpd cannot tell (a TCP client): such clients share one namespace of their own. */
+static int64_t server_peer_uid(const server *s, const wire_msg *msg) {
+    uint32_t uid, pid;
+    return s->local && wire_peer_credentials(msg, &uid, &pid) == 0 ? (int64_t)uid : -1;
+}
+
+/* root, or a member of the operator group: sees and aborts every job. */
+static bool server_privileged(const server *s, int64_t uid) {
+    if (uid == 0)
+        return true;
+    if (uid < 0 || !s->opts.operator_group)
+        return false;
+    struct group *gr = getgrnam(s->opts.operator_group);
+    struct passwd *pw = gr ? getpwuid((uid_t)uid) : NULL;
+    if (!pw)
+        return false;
+    if (pw->pw_gid == gr->gr_gid)
+        return true;
+    for (char **m = gr->gr_mem; *m; m++)
+        if (strcmp(*m, pw->pw_name) == 0)
+            return true;
+    return false;
+}
+
+/* "user root", "uid 1234", or "a TCP client": for refusals and ddpctl status. */
+static void server_user_name(int64_t uid, char *buf, size_t size) {
+    struct passwd *pw = uid >= 0 ? getpwuid((uid_t)uid) : NULL;
+    if (pw)
+        snprintf(buf, size, "%s", pw->pw_name);
+    else if (uid >= 0)
+        snprintf(buf, size, "uid %lld", (long long)uid);
+    else
+        buf[0] = '\0';
+}
+
+/* The job name of owner: jobs of different users never collide, whatever their names. */
+static job *server_find_job(server *s, const char *name, int64_t owner) {
     for (size_t i = 0; i < s->n_jobs; i++)
-        if (strcmp(s->jobs[i]->name, name) == 0) {
-            if (ret_index)
-                *ret_index = i;
+        if (s->jobs[i]->owner == owner && strcmp(s->jobs[i]->name, name) == 0)
             return s->jobs[i];
-        }
+    return NULL;
+}
+
+/* Another user's job of that name, when the asker has none (for the refusal). */
+static job *server_find_any_job(server *s, const char *name) {
+    for (size_t i = 0; i < s->n_jobs; i++)
+        if (strcmp(s->jobs[i]->name, name) == 0)
+            return s->jobs[i];
     return NULL;
 }
 
@@ -156,8 +204,12 @@ static void server_form_job(server *s, job *j) {
 /* The job and member a request comes from; answers with an error when there is none. */
 static int server_member_of(server *s, const wire_msg *msg, job **ret_job, job_member **ret_member) {
     const Ddp__Envelope *env = msg->env;
-    job *j = server_find_job(s, env->job, NULL);
-    ssize_t idx = j ? job_find_member(j, msg->identity, msg->identity_size) : -1;
+    job *j = NULL; /* the one of that name this connection joined */
+    ssize_t idx = -1;
+    for (size_t i = 0; i < s->n_jobs && idx < 0; i++)
+        if (strcmp(s->jobs[i]->name, env->job) == 0 &&
+            (idx = job_find_member(s->jobs[i], msg->identity, msg->identity_size)) >= 0)
+            j = s->jobs[i];
     if (idx < 0) {
         server_send_error(s, msg, -ENOENT, "%s: not a member of a job '%s' (it ended, or this process never joined)",
                           wire_type_name(env->type), env->job);
@@ -205,7 +257,8 @@ static void server_on_join(server *s, const wire_msg *msg) {
         return;
     }
 
-    job *j = server_find_job(s, env->job, NULL);
+    int64_t uid = server_peer_uid(s, msg);
+    job *j = server_find_job(s, env->job, uid); /* this user's: another's of the name is another job */
     size_t n_members = 0;
     for (size_t i = 0; i < s->n_jobs; i++)
         n_members += s->jobs[i]->n_members;
@@ -232,6 +285,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
             server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, -ENOMEM, "out of memory");
             return;
         }
+        j->owner = uid;
         s->jobs[s->n_jobs++] = j;
     }
 
@@ -497,9 +551,12 @@ typedef struct {
     Ddp__StatusReply reply;
     Ddp__JobStatus *jobs, **job_ptrs;
     Ddp__MemberStatus *members, **member_ptrs;
+    char (*owners)[64]; /* per job: its owner's name */
 } server_status;
 
-static int server_status_build(server *s, server_status *st) {
+/* Every job, with its members where the viewer may see them: its own jobs, or every job
+ * for root, operators and the metrics file (all: true); the others' without members. */
+static int server_status_build(server *s, server_status *st, int64_t viewer, bool all) {
     uint64_t now = clock_now_ms();
     size_t n_members = 0;
     for (size_t i = 0; i < s->n_jobs; i++)
@@ -508,7 +565,8 @@ static int server_status_build(server *s, server_status *st) {
     st->job_ptrs = calloc(s->n_jobs ? s->n_jobs : 1, sizeof(*st->job_ptrs));
     st->members = calloc(n_members ? n_members : 1, sizeof(*st->members));
     st->member_ptrs = calloc(n_members ? n_members : 1, sizeof(*st->member_ptrs));
-    if (!st->jobs || !st->job_ptrs || !st->members || !st->member_ptrs)
+    st->owners = calloc(s->n_jobs ? s->n_jobs : 1, sizeof(*st->owners));
+    if (!st->jobs || !st->job_ptrs || !st->members || !st->member_ptrs || !st->owners)
         return -ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < s->n_jobs; i++) {
@@ -521,9 +579,13 @@ static int server_status_build(server *s, server_status *st) {
         js->world_size = j->world_size;
         js->generation = j->generation;
         js->age_ms = now - j->created_ms;
+        server_user_name(j->owner, st->owners[i], sizeof(st->owners[i]));
+        js->owner = st->owners[i];
+        js->joined = (uint32_t)j->n_members;
+        js->withheld = !all && j->owner != viewer;
         js->members = &st->member_ptrs[k];
-        js->n_members = j->n_members;
-        for (size_t m = 0; m < j->n_members; m++, k++) {
+        js->n_members = js->withheld ? 0 : j->n_members;
+        for (size_t m = 0; m < js->n_members; m++, k++) {
             Ddp__MemberStatus *ms = &st->members[k];
             ddp__member_status__init(ms);
             ms->rank = j->members[m].rank;
@@ -556,11 +618,13 @@ static void server_status_free(server_status *st) {
     free(st->job_ptrs);
     free(st->members);
     free(st->member_ptrs);
+    free(st->owners);
 }
 
 static void server_on_status(server *s, const wire_msg *msg) {
     server_status st = {0};
-    if (server_status_build(s, &st) < 0)
+    int64_t uid = server_peer_uid(s, msg);
+    if (server_status_build(s, &st, uid, server_privileged(s, uid)) < 0)
         server_send_error(s, msg, -ENOMEM, "status: out of memory");
     else {
         Ddp__Envelope env;
@@ -574,7 +638,17 @@ static void server_on_status(server *s, const wire_msg *msg) {
 /* An operator's abort (ddpctl abort JOB): the job's members hear why, the asker gets the
  * Abort back as its answer. */
 static void server_on_abort_request(server *s, const wire_msg *msg) {
-    job *j = server_find_job(s, msg->env->job, NULL);
+    int64_t uid = server_peer_uid(s, msg);
+    job *j = server_find_job(s, msg->env->job, uid), *other = j ? NULL : server_find_any_job(s, msg->env->job);
+    if (!j && other && server_privileged(s, uid))
+        j = other; /* root and operators may end any user's job */
+    else if (!j && other) {
+        char owner[64];
+        server_user_name(other->owner, owner, sizeof(owner));
+        server_send_error(s, msg, -EPERM, "abort: job '%s' belongs to %s%s: refused", msg->env->job,
+                          owner[0] ? "user " : "", owner[0] ? owner : "a TCP client");
+        return;
+    }
     if (!j) {
         server_send_error(s, msg, -ENOENT, "abort: no job '%s'", msg->env->job);
         return;
@@ -625,7 +699,7 @@ int server_write_metrics(server *s, const char *path, bool up, char *err, size_t
     char *text = NULL;
     size_t size = 0;
     FILE *out = NULL;
-    int r = server_status_build(s, &st);
+    int r = server_status_build(s, &st, -1, true); /* the operator's file: every job whole */
     if (r == 0 && !(out = open_memstream(&text, &size)))
         r = -ENOMEM;
     if (r < 0) {
@@ -866,6 +940,11 @@ int server_open(server *s, const server_options *opts) {
         return r;
     }
     endpoint_claim_bound(&s->claim);
+    /* Over a Unix socket every local user may connect: the kernel says who each is, and
+     * each user's jobs are that user's (a TCP client's, which ddpd cannot name, are apart). */
+    s->local = s->claim.ipc || strncmp(opts->listen, "ipc://", 6) == 0;
+    if (s->claim.ipc && chmod(s->claim.path, 0666) < 0)
+        log_warn("cannot let other users reach %s: %s", s->claim.path, strerror(errno));
     size_t len = sizeof(s->endpoint);
     if (zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, s->endpoint, &len) < 0)
         snprintf(s->endpoint, sizeof(s->endpoint), "%s", opts->listen);

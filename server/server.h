@@ -18,6 +18,7 @@ typedef struct {
     int join_timeout; /* seconds a job may take to form */
     char *log_level;
     char *metrics_file;
+    char *operator_group; /* its members (and root) may see and abort every job */
     bool help;
     bool version;
 } server_options;
@@ -28,6 +29,7 @@ typedef struct {
     void *router;
     char endpoint[DDP_MAX_ENDPOINT + 1]; /* as bound, port resolved */
     endpoint_claim claim;                /* an ipc:// path, to give back */
+    bool local;                          /* bound to ipc://: the kernel names each peer's user */
     job *jobs[DDP_MAX_JOBS];
     size_t n_jobs;
     uint64_t last_generation;

@@ -1547,6 +1547,31 @@ START_TEST(test_validate_direct) {
 }
 END_TEST
 
+/* The kernel's credentials of an ipc:// peer, as ZeroMQ's Peer-Address spells them. */
+START_TEST(test_peer_credentials) {
+    static const struct {
+        const char *peer;
+        int r;
+        uint32_t uid, pid;
+    } cases[] = {
+        {"localhost:0:0:4242", 0, 0, 4242},  {"localhost:1000:100:7", 0, 1000, 7},
+        {"127.0.0.1", -ENOENT, 0, 0},        {"", -ENOENT, 0, 0},
+        {"x:0:0:", -ENOENT, 0, 0},           {"x:a:0:1", -ENOENT, 0, 0},
+        {"x:4294967296:0:1", -ENOENT, 0, 0}, {":0:1", -ENOENT, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        wire_msg msg = {0};
+        snprintf(msg.peer, sizeof(msg.peer), "%s", cases[i].peer);
+        uint32_t uid = 99, pid = 99;
+        ck_assert_msg(wire_peer_credentials(&msg, &uid, &pid) == cases[i].r, "'%s'", cases[i].peer);
+        if (cases[i].r == 0) {
+            ck_assert_uint_eq(uid, cases[i].uid);
+            ck_assert_uint_eq(pid, cases[i].pid);
+        }
+    }
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("wire");
 
@@ -1598,6 +1623,7 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(malformed, test_hostile_input, 0, N_HOSTILE);
     tcase_add_test(malformed, test_hostile_with_too_many_frames);
     tcase_add_test(malformed, test_validate_direct);
+    tcase_add_test(malformed, test_peer_credentials);
     suite_add_tcase(s, malformed);
 
     return check_main(s, argc, argv);

@@ -11,6 +11,9 @@
 #define DDP_MAX_MODE 16              /* bytes */
 #define DDP_MAX_HOST 255             /* bytes, as HOST_NAME_MAX */
 #define DDP_MAX_ENDPOINT 256         /* bytes, a ZeroMQ endpoint */
+/* The lab service's socket (systemd's RuntimeDirectory=ddp): where ddpd listens and
+ * clients look by default. Over a Unix socket ddpd knows each client's user. */
+#define DDP_DEFAULT_ENDPOINT "ipc:///run/ddp/ddpd.sock"
 #define DDP_MAX_REASON 512           /* bytes of an error, reject or abort text */
 
 /* Key-value store, per job */

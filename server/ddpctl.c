@@ -22,7 +22,7 @@ typedef struct {
 } ddpctl_options;
 
 static const config_option ddpctl_options_table[] = {
-    {"coordinator", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, "tcp://127.0.0.1:29500", offsetof(ddpctl_options, coordinator),
+    {"coordinator", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, DDP_DEFAULT_ENDPOINT, offsetof(ddpctl_options, coordinator),
      "ddpd's control endpoint", "EP"},
     {"timeout-ms", CONFIG_INT, 1, DDP_MAX_TIMEOUT_MS, "5000", offsetof(ddpctl_options, timeout_ms),
      "how long to wait for ddpd's answer", "MS"},

@@ -20,8 +20,8 @@
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 
 static const config_option ddpd_options[] = {
-    {"listen", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, "tcp://127.0.0.1:29500", offsetof(server_options, listen),
-     "control endpoint to bind (loopback unless told otherwise)", "EP"},
+    {"listen", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, DDP_DEFAULT_ENDPOINT, offsetof(server_options, listen),
+     "control endpoint to bind: a Unix socket (ipc://PATH: ddpd knows each client's user) or tcp://HOST:PORT", "EP"},
     {"config", CONFIG_STRING, 1, 4096, NULL, offsetof(server_options, config), "read options from an INI file", "FILE"},
     {"heartbeat-ms", CONFIG_INT, DDP_MIN_HEARTBEAT_MS, DDP_MAX_HEARTBEAT_MS, "500",
      offsetof(server_options, heartbeat_ms), "heartbeat interval, both ways", "MS"},

@@ -936,7 +936,11 @@ int server_open(server *s, const server_options *opts) {
     }
     if (zmq_bind(s->router, opts->listen) < 0) {
         r = -errno;
-        log_error("Failed to bind '%s': %s", opts->listen, zmq_strerror(-r));
+        log_error("Failed to bind '%s': %s%s", opts->listen, zmq_strerror(-r),
+                  strcmp(opts->listen, DDP_DEFAULT_ENDPOINT) == 0
+                      ? " (the lab service's socket, which its unit's RuntimeDirectory makes: for a ddpd of your "
+                        "own, give --listen, e.g. ipc://$XDG_RUNTIME_DIR/ddpd.sock)"
+                      : "");
         return r;
     }
     endpoint_claim_bound(&s->claim);

@@ -295,6 +295,23 @@ START_TEST(test_no_coordinator) {
     ck_assert_msg(strstr(line, "no coordinator answered at tcp://127.0.0.1:1 within 300 ms"), "%s", line);
     ck_assert_int_eq(proc_wait(&m, WAIT_MS), 2);
     proc_close(&m);
+    /* where a program looks without being told: the lab service's socket; with
+     * MASTER_ADDR or MASTER_PORT, torch's TCP rendezvous */
+    static const struct {
+        const char *env, *expected;
+    } defaults[] = {{"DDP_NO_SUCH_VARIABLE=1", "at ipc:///run/ddp/ddpd.sock within"},
+                    {"MASTER_PORT=1", "at tcp://127.0.0.1:1 within"}};
+    for (size_t k = 0; k < sizeof(defaults) / sizeof(defaults[0]); k++) {
+        const char *bare[] = {
+            "/usr/bin/env", "-u",          "DDP_COORDINATOR", "-u",           "MASTER_ADDR",
+            "-u",           "MASTER_PORT", defaults[k].env,   "WORLD_SIZE=2", "DDP_CONNECT_TIMEOUT_MS=300",
+            MEMBER_PATH,    NULL};
+        proc_start(&m, bare, NULL);
+        ck_assert(proc_expect(&m, "init failed", WAIT_MS, line, sizeof(line)));
+        ck_assert_msg(strstr(line, defaults[k].expected), "%s", line);
+        ck_assert_int_eq(proc_wait(&m, WAIT_MS), 2);
+        proc_close(&m);
+    }
 }
 END_TEST
 

@@ -80,6 +80,8 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
     if (o->coordinator || getenv("DDP_COORDINATOR"))
         TRY(settings_string(s->coordinator, sizeof(s->coordinator), o->coordinator, "DDP_COORDINATOR", "",
                             "coordinator"));
+    else if (!getenv("MASTER_ADDR") && !getenv("MASTER_PORT")) /* the lab service's socket */
+        snprintf(s->coordinator, sizeof(s->coordinator), "%s", DDP_DEFAULT_ENDPOINT);
     else {
         const char *addr = getenv("MASTER_ADDR");
         int port = 29500;

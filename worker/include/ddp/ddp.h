@@ -39,7 +39,9 @@ typedef struct ddp_options {
                                   knows which of them the caller has; an earlier one refuses
                                   a size it does not know (-EINVAL) rather than ignore them */
     const char *coordinator;   /* ddpd's endpoint; unset: $DDP_COORDINATOR, else
-                                  tcp://$MASTER_ADDR:$MASTER_PORT, else tcp://127.0.0.1:29500 */
+                                  tcp://$MASTER_ADDR:$MASTER_PORT (either set;
+                                  127.0.0.1 and 29500 for the other), else
+                                  ipc:///run/ddp/ddpd.sock (the lab service) */
     const char *job;           /* job name; unset: $DDP_JOB, else "default" */
     int world_size;            /* > 0; unset (0): $WORLD_SIZE, required */
     int rank;                  /* >= 0; unset (-1): $RANK, else ddpd assigns one */

@@ -118,6 +118,50 @@ static job *server_find_job(server *s, const char *name, int64_t owner) {
     return NULL;
 }
 
+/* ---- quotas: what one user's jobs hold together ----------------------------------- */
+
+typedef struct {
+    size_t jobs, members, waits;
+    double store_mb, ps_mb;
+} user_usage;
+
+/* What ddpd holds for a ps job: every rank's push and the average, per bucket. */
+static double job_ps_mb(uint64_t layout_floats, uint32_t world_size) {
+    return (double)layout_floats * sizeof(float) * (world_size + 1.0) / (1 << 20);
+}
+
+static uint64_t layout_floats(const uint64_t *layout, size_t n) {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += layout[i];
+    return sum;
+}
+
+static user_usage server_usage(const server *s, int64_t owner) {
+    user_usage u = {0};
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        const job *j = s->jobs[i];
+        if (j->owner != owner)
+            continue;
+        u.jobs++;
+        u.members += j->n_members;
+        u.waits += j->waits.n;
+        u.store_mb += (double)j->store.bytes / (1 << 20);
+        u.ps_mb += job_ps_mb(layout_floats(j->ps_layout, j->n_ps_layout), j->world_size);
+    }
+    return u;
+}
+
+/* "user root's jobs" or "TCP clients' jobs": whose quota it is. */
+static void server_quota_holder(int64_t owner, char *buf, size_t size) {
+    char name[64];
+    server_user_name(owner, name, sizeof(name));
+    if (name[0])
+        snprintf(buf, size, "user %s's jobs", name);
+    else
+        snprintf(buf, size, "TCP clients' jobs");
+}
+
 /* Another user's job of that name, when the asker has none (for the refusal). */
 static job *server_find_any_job(server *s, const char *name) {
     for (size_t i = 0; i < s->n_jobs; i++)
@@ -269,6 +313,24 @@ static void server_on_join(server *s, const wire_msg *msg) {
     else if (s->n_jobs == DDP_MAX_JOBS) {
         snprintf(reason, sizeof(reason), "ddpd already holds %d jobs", DDP_MAX_JOBS);
         r = -ENOSPC;
+    }
+    user_usage use = server_usage(s, uid);
+    char holder[96];
+    server_quota_holder(uid, holder, sizeof(holder));
+    double ps_mb = j ? 0 : job_ps_mb(layout_floats(jn->ps_buckets, jn->n_ps_buckets), jn->world_size);
+    if (r == 0 && !j && use.jobs >= (size_t)s->opts.user_jobs) {
+        snprintf(reason, sizeof(reason), "%s are %zu, the most one user may hold (ddpd --user-jobs %d)", holder,
+                 use.jobs, s->opts.user_jobs);
+        r = -EDQUOT;
+    } else if (r == 0 && use.members >= (size_t)s->opts.user_members) {
+        snprintf(reason, sizeof(reason), "%s have %zu members, the most one user may have (ddpd --user-members %d)",
+                 holder, use.members, s->opts.user_members);
+        r = -EDQUOT;
+    } else if (r == 0 && use.ps_mb + ps_mb > s->opts.user_ps_mb) {
+        snprintf(reason, sizeof(reason),
+                 "%s would hold %.1f MB of ps buffers with this one, more than one user may (ddpd --user-ps-mb %g)",
+                 holder, use.ps_mb + ps_mb, s->opts.user_ps_mb);
+        r = -EDQUOT;
     }
     if (r == 0 && n_members >= DDP_MAX_PEERS) {
         snprintf(reason, sizeof(reason), "ddpd already holds %d members", DDP_MAX_PEERS);
@@ -425,6 +487,17 @@ static void server_on_store(server *s, const wire_msg *msg) {
     const Ddp__Envelope *env = msg->env;
     switch (env->type) {
     case DDP__MSG_TYPE__STORE_SET: {
+        user_usage use = server_usage(s, j->owner);
+        double adding = (double)(strlen(env->store_set->key) + env->store_set->value.len) / (1 << 20);
+        if (use.store_mb + adding > s->opts.user_store_mb) {
+            char holder[96];
+            server_quota_holder(j->owner, holder, sizeof(holder));
+            server_send_error(s, msg, -EDQUOT,
+                              "store-set '%.64s' in job '%s': %s hold %.3f MB of store, and one user may hold %g "
+                              "(ddpd --user-store-mb)",
+                              env->store_set->key, j->name, holder, use.store_mb, s->opts.user_store_mb);
+            return;
+        }
         bool fresh = !store_get(&j->store, env->store_set->key); /* only a new key completes waits */
         int r = store_set(&j->store, env->store_set->key, env->store_set->value.data, env->store_set->value.len);
         if (r < 0) {
@@ -446,6 +519,24 @@ static void server_on_store(server *s, const wire_msg *msg) {
     default: { /* STORE_WAIT */
         const Ddp__StoreWait *sw = env->store_wait;
         uint32_t timeout = sw->timeout_ms ? sw->timeout_ms : DDP_DEFAULT_TIMEOUT_MS;
+        bool all_set = true; /* answered at once: never pending, so no quota */
+        for (size_t k = 0; k < sw->n_keys && all_set; k++)
+            all_set = store_get(&j->store, sw->keys[k]) != NULL;
+        if (all_set) {
+            server_send_value(s, j, msg->identity, msg->identity_size, env->seq, sw->keys[0],
+                              store_get(&j->store, sw->keys[0]), true);
+            return;
+        }
+        user_usage use = server_usage(s, j->owner);
+        if (use.waits >= (size_t)s->opts.user_store_waits) {
+            char holder[96];
+            server_quota_holder(j->owner, holder, sizeof(holder));
+            server_send_error(s, msg, -EDQUOT,
+                              "store-wait in job '%s': %s have %zu store waits pending, the most one user may have "
+                              "(ddpd --user-store-waits %d)",
+                              j->name, holder, use.waits, s->opts.user_store_waits);
+            return;
+        }
         store_waiter *w = calloc(1, sizeof(*w));
         if (w) {
             *w = (store_waiter){.identity_size = msg->identity_size,

@@ -19,6 +19,9 @@ typedef struct {
     char *log_level;
     char *metrics_file;
     char *operator_group; /* its members (and root) may see and abort every job */
+    /* Per user (a job's owner; every TCP client counts as one), over all its jobs. */
+    int user_jobs, user_members, user_store_waits;
+    double user_store_mb, user_ps_mb;
     bool help;
     bool version;
 } server_options;

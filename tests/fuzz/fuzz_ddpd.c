@@ -30,7 +30,15 @@ static void drain(void *socket) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     server s = {0};
-    server_options opts = {.listen = "inproc://fuzz-ddpd", .heartbeat_ms = 500, .liveness = 3, .join_timeout = 300};
+    server_options opts = {.listen = "inproc://fuzz-ddpd",
+                           .heartbeat_ms = 500,
+                           .liveness = 3,
+                           .join_timeout = 300,
+                           .user_jobs = 4, /* small quotas: the input can reach them */
+                           .user_members = 8,
+                           .user_store_mb = 0.01,
+                           .user_store_waits = 8,
+                           .user_ps_mb = 1};
     if (server_open(&s, &opts) < 0)
         abort();
     void *clients[CLIENTS];

@@ -10,7 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zmq.h>
 
+#include "common/wire.h"
 #include "tests/check_main.h"
 #include "tests/integration/harness.h"
 
@@ -115,6 +117,132 @@ START_TEST(test_other_user) {
 }
 END_TEST
 
+/* A ddpd on a socket of its own with one quota set small. */
+static void start_quota_ddpd(ddpd_proc *d, const char *flag, const char *value) {
+    snprintf(dir, sizeof(dir), "/tmp/ddp-security-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(endpoint, sizeof(endpoint), "ipc://%s/ddpd.sock", dir);
+    snprintf(d->endpoint, sizeof(d->endpoint), "%s", endpoint);
+    const char *argv[] = {DDPD_PATH, "--listen", endpoint, flag, value, NULL};
+    proc_start(&d->p, argv, NULL);
+    ck_assert_msg(proc_expect(&d->p, "listening on ", 10000, NULL, 0), "%s", proc_output(&d->p));
+}
+
+static void stop_quota_ddpd(ddpd_proc *d) {
+    ck_assert_int_eq(ddpd_stop(d), 0);
+    rmdir(dir);
+}
+
+/* While root is over a quota, the other user's job of one member runs to its end. */
+static void others_undisturbed(void) {
+    proc theirs;
+    const char *member[] = {MEMBER_PATH, "--barriers", "3", NULL};
+    char coord[160];
+    snprintf(coord, sizeof(coord), "DDP_COORDINATOR=%s", endpoint);
+    const char *argv[] = {"/usr/bin/setpriv",
+                          "--reuid=" OTHER_UID,
+                          "--regid=" OTHER_UID,
+                          "--clear-groups",
+                          "/usr/bin/env",
+                          coord,
+                          "WORLD_SIZE=1",
+                          "DDP_JOB=theirs",
+                          member[0],
+                          member[1],
+                          member[2],
+                          NULL};
+    proc_start(&theirs, argv, NULL);
+    ck_assert_msg(proc_wait(&theirs, WAIT_MS) == 0 && strstr(proc_output(&theirs), "barrier 2 ok"), "%s",
+                  proc_output(&theirs));
+    proc_close(&theirs);
+}
+
+/* Each per-user quota, hit by root and answered with an error that names it. */
+START_TEST(test_quotas) {
+    ddpd_proc d;
+    proc hold, over;
+    char line[600];
+    /* jobs: root holds one (a member that stays), a second is refused */
+    start_quota_ddpd(&d, "--user-jobs", "1");
+    const char *stay[] = {"--barriers", "2", "--hang-at", "1", NULL};
+    member_start(&hold, &d, 1, 0, "one", stay);
+    ck_assert(proc_expect(&hold, "barrier 0 ok", WAIT_MS, NULL, 0));
+    member_start(&over, &d, 1, 0, "two", NULL);
+    ck_assert(proc_expect(&over, "init failed", WAIT_MS, line, sizeof(line)));
+    ck_assert_msg(strstr(line, "user root's jobs are 1, the most one user may hold (ddpd --user-jobs 1)"), "%s", line);
+    proc_wait(&over, WAIT_MS);
+    proc_close(&over);
+    others_undisturbed();
+    proc_signal(&hold, SIGKILL);
+    proc_close(&hold);
+    stop_quota_ddpd(&d);
+
+    /* members: a job of two, one member too many */
+    start_quota_ddpd(&d, "--user-members", "1");
+    member_start(&hold, &d, 2, 0, "pair", NULL);
+    ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
+    member_start(&over, &d, 2, 1, "pair", NULL);
+    ck_assert(proc_expect(&over, "init failed", WAIT_MS, line, sizeof(line)));
+    ck_assert_msg(strstr(line, "(ddpd --user-members 1)"), "%s", line);
+    proc_wait(&over, WAIT_MS);
+    proc_close(&over);
+    others_undisturbed();
+    proc_signal(&hold, SIGKILL);
+    proc_close(&hold);
+    stop_quota_ddpd(&d);
+
+    /* store bytes, and pending waits: rank 0's set is refused, and of two waits one */
+    const char *store_args[] = {"/usr/bin/env", "DDP_TIMEOUT_MS=1500", MEMBER_PATH, "--store", "1", NULL};
+    static const struct {
+        const char *flag, *value, *needle;
+        int rank;
+    } stores[] = {{"--user-store-mb", "0.00001", "(ddpd --user-store-mb)", 0},
+                  {"--user-store-waits", "1", "(ddpd --user-store-waits 1)", -1}};
+    for (size_t k = 0; k < sizeof(stores) / sizeof(stores[0]); k++) {
+        start_quota_ddpd(&d, stores[k].flag, stores[k].value);
+        proc ranks[2];
+        for (int r = 0; r < 2; r++)
+            rank_start(&ranks[r], &d, 2, r, "store", store_args);
+        bool named = false;
+        for (int r = 0; r < 2; r++) {
+            proc_wait(&ranks[r], WAIT_MS);
+            named = named || strstr(proc_output(&ranks[r]), stores[k].needle);
+        }
+        ck_assert_msg(named, "%s: neither rank was told: %s\n%s", stores[k].flag, proc_output(&ranks[0]),
+                      proc_output(&ranks[1]));
+        for (int r = 0; r < 2; r++)
+            proc_close(&ranks[r]);
+        others_undisturbed();
+        stop_quota_ddpd(&d);
+    }
+
+    /* ps buffers: a layout of 2^20 floats for two ranks is 12 MB of them */
+    start_quota_ddpd(&d, "--user-ps-mb", "1");
+    void *ctx = zmq_ctx_new(), *sock = raw_connect(ctx, endpoint);
+    uint64_t layout[] = {1u << 20};
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.world_size = 2;
+    join.rank = 0;
+    join.mode = (char *)"ps";
+    join.pid = (uint32_t)getpid();
+    join.host = (char *)"test";
+    join.ps_buckets = layout;
+    join.n_ps_buckets = 1;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "ps", -1, 0, 1);
+    env.join = &join;
+    wire_msg msg;
+    ck_assert_int_eq(raw_request(sock, &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
+    ck_assert_msg(strstr(msg.env->reject->reason, "(ddpd --user-ps-mb 1)"), "%s", msg.env->reject->reason);
+    wire_msg_close(&msg);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    others_undisturbed();
+    stop_quota_ddpd(&d);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (geteuid() != 0)
         return check_skip("other-user", "acting as another user needs root (setpriv)");
@@ -122,6 +250,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("other-user");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_other_user);
+    tcase_add_test(tc, test_quotas);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

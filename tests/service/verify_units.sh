@@ -19,4 +19,10 @@ if echo "$out" | grep -v "^$" | grep -vi "Failed to load.*ddp-worker@1.service\|
   echo "$out"
   exit 1
 fi
+# each service is held to limits of its own (issue 14): memory and tasks
+for unit in ddpd.service ddp-worker@.service; do
+  for key in MemoryMax TasksMax; do
+    grep -q "^$key=" "$unit" || { echo "$unit: no $key="; exit 1; }
+  done
+done
 echo "units: ok"

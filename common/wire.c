@@ -169,7 +169,7 @@ int wire_recv(void *socket, bool router, int flags, wire_msg *msg) {
         zmq_msg_close(&frame);
         return r;
     }
-    msg->peer[0] = '\0';
+    msg->peer[0] = msg->user[0] = '\0';
     if (router) {
         /* ROUTER prepends the routing id; it is at most 255 bytes by construction. */
         msg->identity_size = zmq_msg_size(&frame);
@@ -187,8 +187,9 @@ int wire_recv(void *socket, bool router, int flags, wire_msg *msg) {
         }
         /* the connection's metadata rides on the peer's own frames (the routing id that
          * ROUTER makes up after a poll carries none) */
-        const char *peer = zmq_msg_gets(&frame, "Peer-Address");
+        const char *peer = zmq_msg_gets(&frame, "Peer-Address"), *user = zmq_msg_gets(&frame, "User-Id");
         snprintf(msg->peer, sizeof(msg->peer), "%s", peer ? peer : "");
+        snprintf(msg->user, sizeof(msg->user), "%s", user ? user : "");
     }
 
     /* Count and size every frame before anything is decoded. */

@@ -26,6 +26,7 @@ typedef struct {
      * credentials of the peer as "...:UID:GID:PID" (SO_PEERCRED, taken at connect; see
      * wire_peer_credentials), over TCP its address; "" when ZeroMQ gives none. */
     char peer[96];
+    char user[64];      /* ZeroMQ's User-Id of the connection: the user a ZAP handler named ("" for none) */
     Ddp__Envelope *env; /* NULL when the envelope could not be decoded */
     zmq_msg_t payload[DDP_MAX_PAYLOAD_FRAMES];
     size_t n_payload;

@@ -9,12 +9,14 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/curve_keys.h"
 #include "common/error.h"
 #include "common/wire.h"
 #include "server/prometheus.h"
 
 typedef struct {
     char *coordinator;
+    char *curve_server_key, *curve_key; /* CURVE: ddpd's public key, this client's key file */
     int timeout_ms;
     bool json;
     bool help;
@@ -24,6 +26,10 @@ typedef struct {
 static const config_option ddpctl_options_table[] = {
     {"coordinator", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, DDP_DEFAULT_ENDPOINT, offsetof(ddpctl_options, coordinator),
      "ddpd's control endpoint", "EP"},
+    {"curve-server-key", CONFIG_STRING, 40, 40, NULL, offsetof(ddpctl_options, curve_server_key),
+     "ddpd's CURVE public key (a ddpd with --curve-key, over TCP)", "KEY"},
+    {"curve-key", CONFIG_STRING, 1, 4096, NULL, offsetof(ddpctl_options, curve_key),
+     "this client's CURVE key pair (ddpctl keygen), whose public key ddpd's --curve-users names", "FILE"},
     {"timeout-ms", CONFIG_INT, 1, DDP_MAX_TIMEOUT_MS, "5000", offsetof(ddpctl_options, timeout_ms),
      "how long to wait for ddpd's answer", "MS"},
     {"json", CONFIG_BOOL, 0, 1, NULL, offsetof(ddpctl_options, json), "print JSON instead of a table"},
@@ -35,11 +41,11 @@ static const config_option ddpctl_options_table[] = {
 
 static const config_spec ddpctl_spec = {
     .program = "ddpctl",
-    .usage = "[OPTIONS] status|metrics|abort JOB",
+    .usage = "[OPTIONS] status|metrics|abort JOB|keygen FILE",
     .summary =
         "Talks to a running ddpd.\n\nCommands:\n  status      jobs, members, ranks, pids, hosts and when each was "
         "last heard\n  metrics     the same in the Prometheus text format\n  abort JOB   end a job: its members "
-        "get an Abort saying who asked",
+        "get an Abort saying who asked\n  keygen FILE make a CURVE key pair in FILE (0600) and print its public key",
     .env_prefix = "DDPCTL_",
     .options = ddpctl_options_table,
     .n_options = sizeof(ddpctl_options_table) / sizeof(ddpctl_options_table[0]),
@@ -149,6 +155,18 @@ static int print_json(const char *endpoint, const Ddp__StatusReply *st) {
 static int ddpctl_request(const ddpctl_options *o, Ddp__Envelope *env, Ddp__MsgType reply_type, wire_msg *msg) {
     int r = 0;
     void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+    if (o->curve_server_key) {
+        curve_keypair own;
+        char err[512];
+        if ((r = curve_keypair_load(o->curve_key, &own, err, sizeof(err))) < 0) {
+            fprintf(stderr, "ddpctl: %s\n", err);
+            goto out;
+        }
+        if ((r = curve_client_setup(sock, o->curve_server_key, &own)) < 0) {
+            fprintf(stderr, "ddpctl: cannot set CURVE up: %s\n", error_string(r));
+            goto out;
+        }
+    }
     if (!sock || wire_socket_setup(sock, DDP_MAX_CONTROL_MSG_BYTES) < 0 || zmq_connect(sock, o->coordinator) < 0) {
         fprintf(stderr, "ddpctl: cannot connect to '%s': %s\n", o->coordinator, zmq_strerror(zmq_errno()));
         r = -EINVAL;
@@ -261,6 +279,22 @@ int main(int argc, char **argv) {
     }
     const char *command = first < argc ? argv[first] : "status";
     int operands = argc - first - 1; /* after the command */
+    if (!strcmp(command, "keygen") && operands == 1) {
+        curve_keypair k;
+        r = curve_keypair_generate(argv[first + 1], &k, err, sizeof(err));
+        if (r < 0)
+            fprintf(stderr, "ddpctl: keygen %s\n", err);
+        else
+            printf("%s\n", k.public_key);
+        config_free(&ddpctl_spec, &o);
+        return r < 0 ? 1 : 0;
+    }
+    if (!o.curve_server_key != !o.curve_key || (o.curve_server_key && !curve_key_valid(o.curve_server_key))) {
+        fprintf(stderr, "ddpctl: --curve-server-key (ddpd's public key, 40 Z85 characters) and --curve-key go "
+                        "together\n");
+        config_free(&ddpctl_spec, &o);
+        return 2;
+    }
     bool known = (!strcmp(command, "status") && operands <= 0) || (!strcmp(command, "metrics") && operands <= 0) ||
                  (!strcmp(command, "abort") && operands == 1);
     if (!known) {

@@ -1,6 +1,7 @@
 /* ddpd: the coordinator. One zmq_poll loop over the control socket plus a periodic tick;
  * signal handlers only set flags. */
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,12 @@ static const config_option ddpd_options[] = {
      "store keys and values of one user's jobs, together", "MB"},
     {"user-store-waits", CONFIG_INT, 1, 1 << 20, "4096", offsetof(server_options, user_store_waits),
      "pending store waits of one user's jobs, together", "N"},
+    {"curve-key", CONFIG_STRING, 1, 4096, NULL, offsetof(server_options, curve_key),
+     "ddpd's CURVE key pair (ddpctl keygen): TCP clients must then speak CURVE with a key --curve-users names", "FILE"},
+    {"curve-users", CONFIG_STRING, 1, 4096, NULL, offsetof(server_options, curve_users),
+     "who may connect over CURVE: \"USER PUBLIC-KEY\" lines", "FILE"},
+    {"insecure", CONFIG_BOOL, 0, 1, NULL, offsetof(server_options, insecure),
+     "listen on a non-loopback TCP address without CURVE all the same"},
     {"user-ps-mb", CONFIG_DOUBLE, 0, 1 << 24, "4096", offsetof(server_options, user_ps_mb),
      "ps buffers ddpd holds for one user's jobs, together", "MB"},
     {"version", CONFIG_BOOL, 0, 1, NULL, offsetof(server_options, version), "print the version and exit", NULL, NULL,
@@ -68,6 +75,14 @@ static void on_signal(int sig) {
     stop_signal = sig;
 }
 
+/* A TCP endpoint other hosts may reach: not 127.x, localhost or [::1]. */
+static bool listen_is_open(const char *ep) {
+    if (strncmp(ep, "tcp://", 6) != 0)
+        return false;
+    const char *host = ep + 6;
+    return strncmp(host, "127.", 4) != 0 && strncmp(host, "localhost:", 10) != 0 && strncmp(host, "[::1]:", 6) != 0;
+}
+
 int main(int argc, char **argv) {
     server_options opts = {0};
     char err[512];
@@ -90,6 +105,20 @@ int main(int argc, char **argv) {
     }
     if (wire_endpoint_check(opts.listen, true, err, sizeof(err)) < 0) {
         fprintf(stderr, "ddpd: --listen %s\n", err);
+        config_free(&ddpd_spec, &opts);
+        return 2;
+    }
+    /* Anyone who reaches a TCP port can speak to ddpd: beyond loopback only with CURVE. */
+    if (!opts.curve_key != !opts.curve_users) {
+        fprintf(stderr, "ddpd: --curve-key and --curve-users go together\n");
+        config_free(&ddpd_spec, &opts);
+        return 2;
+    }
+    if (listen_is_open(opts.listen) && !opts.curve_key && !opts.insecure) {
+        fprintf(stderr,
+                "ddpd: refusing to listen on %s without CURVE: anyone who can reach it could join, read or end any "
+                "job. Give --curve-key and --curve-users (see ddpctl keygen), or --insecure to do it all the same\n",
+                opts.listen);
         config_free(&ddpd_spec, &opts);
         return 2;
     }

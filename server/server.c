@@ -13,8 +13,10 @@
 
 #include "common/atomic_file.h"
 #include "common/clock.h"
+#include "common/curve_keys.h"
 #include "common/error.h"
 #include "server/prometheus.h"
+#include "server/zap.h"
 
 #define SERVER_DISPATCH_BATCH 1024 /* messages per dispatch, so the tick is never starved */
 
@@ -78,6 +80,10 @@ static void server_send_heartbeat(server *s, const job *j, const job_member *m) 
  * ddpd cannot tell (a TCP client): such clients share one namespace of their own. */
 static int64_t server_peer_uid(const server *s, const wire_msg *msg) {
     uint32_t uid, pid;
+    if (s->zap) { /* CURVE: the user the ZAP handler found for the client's key */
+        struct passwd *pw = msg->user[0] ? getpwnam(msg->user) : NULL;
+        return pw ? (int64_t)pw->pw_uid : -1;
+    }
     return s->local && wire_peer_credentials(msg, &uid, &pid) == 0 ? (int64_t)uid : -1;
 }
 
@@ -1021,6 +1027,21 @@ int server_open(server *s, const server_options *opts) {
         return r;
     }
     char err[256];
+    if (opts->curve_key) { /* before bind: every TCP client then speaks CURVE, or nothing */
+        curve_keypair keys;
+        if ((r = curve_keypair_load(opts->curve_key, &keys, err, sizeof(err))) < 0 ||
+            (r = zap_start(s->zmq_ctx, opts->curve_users, &s->zap, err, sizeof(err))) < 0) {
+            log_error("%s", err);
+            return r;
+        }
+        if (zmq_setsockopt(s->router, ZMQ_CURVE_SERVER, &on, sizeof(on)) < 0 || /* on: 1, as above */
+            zmq_setsockopt(s->router, ZMQ_CURVE_SECRETKEY, keys.secret_key, CURVE_KEY_Z85) < 0 ||
+            zmq_setsockopt(s->router, ZMQ_ZAP_DOMAIN, "ddpd", 4) < 0) {
+            r = -errno;
+            log_error("cannot set CURVE up: %s", error_string(r));
+            return r;
+        }
+    }
     if ((r = endpoint_claim_prepare(&s->claim, opts->listen, err, sizeof(err))) < 0) {
         log_error("%s", err);
         return r;
@@ -1069,6 +1090,8 @@ void server_close(server *s) {
     ps_reduce_shutdown();
     if (s->router)
         zmq_close(s->router);
+    zap_stop(s->zap); /* before the context ends */
+    s->zap = NULL;
     if (s->zmq_ctx)
         zmq_ctx_term(s->zmq_ctx);
     s->router = s->zmq_ctx = NULL;

@@ -22,6 +22,9 @@ typedef struct {
     /* Per user (a job's owner; every TCP client counts as one), over all its jobs. */
     int user_jobs, user_members, user_store_waits;
     double user_store_mb, user_ps_mb;
+    char *curve_key;   /* ddpd's CURVE key pair file: TCP clients must speak CURVE */
+    char *curve_users; /* "USER PUBLIC-KEY" lines: who may connect over TCP */
+    bool insecure;     /* listen on a non-loopback TCP address without CURVE all the same */
     bool help;
     bool version;
 } server_options;
@@ -33,6 +36,7 @@ typedef struct {
     char endpoint[DDP_MAX_ENDPOINT + 1]; /* as bound, port resolved */
     endpoint_claim claim;                /* an ipc:// path, to give back */
     bool local;                          /* bound to ipc://: the kernel names each peer's user */
+    struct zap *zap;                     /* with CURVE: who each TCP client is */
     job *jobs[DDP_MAX_JOBS];
     size_t n_jobs;
     uint64_t last_generation;

@@ -573,7 +573,8 @@ START_TEST(test_ddpd_flags) {
         {{"--no-such-flag"}, "unknown option '--no-such-flag'"},
         {{"--log-level", "loud"}, "--log-level: 'loud' is not one of error warn info debug"},
         {{"--config", "/nonexistent/ddpd.conf"}, "/nonexistent/ddpd.conf: cannot open config file"},
-        {{"--listen", "tcp://256.1.1.1:5"}, "Failed to bind 'tcp://256.1.1.1:5'"},
+        {{"--listen", "tcp://256.1.1.1:5", "--insecure"}, "Failed to bind 'tcp://256.1.1.1:5'"},
+        {{"--listen", "tcp://256.1.1.1:5"}, "refusing to listen on tcp://256.1.1.1:5 without CURVE"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const char *argv[8] = {DDPD_PATH};

@@ -4,6 +4,7 @@
  * are that user's, whatever their names. Needs root, to act as the other user (setpriv):
  * skipped elsewhere. */
 #include <check.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,14 +244,115 @@ START_TEST(test_quotas) {
 }
 END_TEST
 
+/* Runs argv to its end; returns its exit code, its output in out. */
+static int run_tool(const char *const *argv, const char *const *env, char *out, size_t size) {
+    proc p;
+    proc_start(&p, argv, env);
+    int code = proc_wait(&p, WAIT_MS);
+    snprintf(out, size, "%s", proc_output(&p));
+    proc_close(&p);
+    return code;
+}
+
+/* ddpctl keygen path: the public key (40 characters) into key. */
+static void keygen(const char *path, char *key) {
+    char out[256];
+    const char *argv[] = {DDPCTL_PATH, "keygen", path, NULL};
+    ck_assert_msg(run_tool(argv, NULL, out, sizeof(out)) == 0, "%s", out);
+    ck_assert_int_eq(sscanf(out, "%40s", key), 1);
+}
+
+/* Between hosts, over TCP: ddpd with CURVE takes only the keys its users file names (as
+ * those users), a job of two "hosts" forms and runs; a stranger's key and a client without
+ * CURVE are refused, each told why. Without CURVE ddpd will not listen beyond loopback. */
+START_TEST(test_curve) {
+    char tmp[64], server_key[128], user_key[128], stranger_key[128], users[128];
+    snprintf(tmp, sizeof(tmp), "/tmp/ddp-curve-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(tmp, 0700), 0);
+    snprintf(server_key, sizeof(server_key), "%s/server.key", tmp);
+    snprintf(user_key, sizeof(user_key), "%s/user.key", tmp);
+    snprintf(stranger_key, sizeof(stranger_key), "%s/stranger.key", tmp);
+    snprintf(users, sizeof(users), "%s/users", tmp);
+    char server_pub[41], user_pub[41], stranger_pub[41], out[4096];
+    keygen(server_key, server_pub);
+    keygen(user_key, user_pub);
+    keygen(stranger_key, stranger_pub);
+    FILE *f = fopen(users, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "# who may connect\n%s %s\n", getpwuid(getuid())->pw_name, user_pub);
+    fclose(f);
+
+    /* beyond loopback: not without CURVE, unless told */
+    const char *open_argv[] = {DDPD_PATH, "--listen", "tcp://0.0.0.0:*", NULL};
+    ck_assert_int_eq(run_tool(open_argv, NULL, out, sizeof(out)), 2);
+    ck_assert_msg(strstr(out, "refusing to listen on tcp://0.0.0.0:* without CURVE"), "%s", out);
+    const char *half[] = {DDPD_PATH, "--listen", "tcp://127.0.0.1:*", "--curve-key", server_key, NULL};
+    ck_assert_int_eq(run_tool(half, NULL, out, sizeof(out)), 2);
+    ck_assert_msg(strstr(out, "--curve-key and --curve-users go together"), "%s", out);
+
+    ddpd_proc d;
+    const char *argv[] = {DDPD_PATH, "--listen", "tcp://127.0.0.1:*", "--curve-key", server_key, "--curve-users",
+                          users,     NULL};
+    proc_start(&d.p, argv, NULL);
+    char line[512];
+    ck_assert_msg(proc_expect(&d.p, "listening on ", 10000, line, sizeof(line)), "%s", proc_output(&d.p));
+    ck_assert(sscanf(strstr(line, "listening on ") + 13, "%256s", d.endpoint) == 1);
+    char coord[300], server_env[80], user_env[160], stranger_env[160];
+    snprintf(coord, sizeof(coord), "DDP_COORDINATOR=%s", d.endpoint);
+    snprintf(server_env, sizeof(server_env), "DDP_CURVE_SERVER_KEY=%s", server_pub);
+    snprintf(user_env, sizeof(user_env), "DDP_CURVE_KEY=%s", user_key);
+    snprintf(stranger_env, sizeof(stranger_env), "DDP_CURVE_KEY=%s", stranger_key);
+
+    /* a job of two hosts over CURVE */
+    proc ranks[2];
+    for (int r = 0; r < 2; r++) {
+        const char *env[] = {coord,           server_env,
+                             user_env,        r ? "DDP_HOST=host-b" : "DDP_HOST=host-a",
+                             "WORLD_SIZE=2",  r ? "RANK=1" : "RANK=0",
+                             "DDP_JOB=hosts", NULL};
+        const char *member[] = {MEMBER_PATH, "--barriers", "2", "--all-reduce", "1", NULL};
+        proc_start(&ranks[r], member, env);
+    }
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(proc_wait(&ranks[r], WAIT_MS) == 0, "rank %d: %s", r, proc_output(&ranks[r]));
+        ck_assert_msg(strstr(proc_output(&ranks[r]), "barrier 1 ok"), "%s", proc_output(&ranks[r]));
+        proc_close(&ranks[r]);
+    }
+    /* a key the users file does not name, and no CURVE at all: refused, and told so */
+    const char *member[] = {MEMBER_PATH, NULL};
+    const char *stranger[] = {coord, server_env, stranger_env, "WORLD_SIZE=1", "DDP_CONNECT_TIMEOUT_MS=1000", NULL};
+    ck_assert_int_eq(run_tool(member, stranger, out, sizeof(out)), 2);
+    ck_assert_msg(strstr(out, "refused this client's CURVE key (its --curve-users does not name it)"), "%s", out);
+    const char *plain[] = {coord, "WORLD_SIZE=1", "DDP_CONNECT_TIMEOUT_MS=1000", NULL};
+    ck_assert_int_eq(run_tool(member, plain, out, sizeof(out)), 2);
+    ck_assert_msg(strstr(out, "one side speaks CURVE and the other not"), "%s", out);
+    /* ddpctl likewise */
+    const char *ctl[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "--curve-server-key", server_pub, "--curve-key",
+                         user_key,    "status",        NULL};
+    ck_assert_msg(run_tool(ctl, NULL, out, sizeof(out)) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "job 'hosts'") == NULL, "the finished job is gone: %s", out);
+    ck_assert_msg(strstr(proc_output(&d.p), "refused a CURVE client with key"), "%s", proc_output(&d.p));
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    const char *files[] = {server_key, user_key, stranger_key, users};
+    for (size_t i = 0; i < 4; i++)
+        unlink(files[i]);
+    rmdir(tmp);
+}
+END_TEST
+
 int main(int argc, char **argv) {
-    if (geteuid() != 0)
+    if (check_selected(argc, argv, "other-user") && geteuid() != 0)
         return check_skip("other-user", "acting as another user needs root (setpriv)");
     Suite *s = suite_create("security");
     TCase *tc = tcase_create("other-user");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_other_user);
     tcase_add_test(tc, test_quotas);
-    suite_add_tcase(s, tc);
+    if (geteuid() == 0)
+        suite_add_tcase(s, tc);
+    TCase *curve = tcase_create("curve");
+    tcase_set_timeout(curve, 120);
+    tcase_add_test(curve, test_curve);
+    suite_add_tcase(s, curve);
     return check_main(s, argc, argv);
 }

@@ -117,6 +117,21 @@ int agent_interrupt(void) {
     return 0;
 }
 
+/* Takes in the control socket's handshake failures seen so far. */
+static void agent_read_monitor(agent *a) {
+    zmq_msg_t event;
+    zmq_msg_init(&event);
+    while (a->monitor && zmq_msg_recv(&event, a->monitor, ZMQ_DONTWAIT) >= 0) {
+        uint16_t code = 0;
+        if (zmq_msg_size(&event) >= sizeof(code) && zmq_msg_more(&event)) { /* [event, value][endpoint] */
+            memcpy(&code, zmq_msg_data(&event), sizeof(code));
+            if (a->handshake_failed != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) /* the telling one stays */
+                a->handshake_failed = code;
+        }
+    }
+    zmq_msg_close(&event);
+}
+
 static void *agent_main(void *arg) {
     agent *a = arg;
     uint64_t start = clock_now_ms(), last_heard = 0, next_beat = start;
@@ -186,7 +201,15 @@ static void *agent_main(void *arg) {
             next_beat = now + interval;
         }
         if (!failed && !heard && now - start >= (uint64_t)a->connect_timeout_ms) {
-            agent_post_failure(a, -EHOSTUNREACH, "no coordinator answered at %s within %u ms (is ddpd running there?)",
+            agent_read_monitor(a);
+            agent_post_failure(a, -EHOSTUNREACH,
+                               a->handshake_failed == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                                   ? "ddpd at %s refused this client's CURVE key (its --curve-users does not name "
+                                     "it); no answer within %u ms"
+                               : a->handshake_failed
+                                   ? "ddpd at %s dropped the connection before it answered: one side speaks CURVE "
+                                     "and the other not (DDP_CURVE_SERVER_KEY, DDP_CURVE_KEY); no answer within %u ms"
+                                   : "no coordinator answered at %s within %u ms (is ddpd running there?)",
                                (unsigned)a->connect_timeout_ms);
             failed = true;
         } else if (!failed && heard && now - last_heard > (uint64_t)interval * liveness) {
@@ -200,6 +223,8 @@ static void *agent_main(void *arg) {
     zmq_setsockopt(a->control, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_close(a->control);
     zmq_close(a->agent_pipe);
+    if (a->monitor)
+        zmq_close(a->monitor);
     return NULL;
 }
 
@@ -215,7 +240,8 @@ static void agent_routing_id(uint8_t *id, size_t size) {
     id[0] |= 0x80;
 }
 
-int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms) {
+int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms,
+                const char *curve_server_key, const curve_keypair *own) {
     pthread_once(&interrupt_once, interrupt_fd_make);
     static _Atomic unsigned long pipe_counter;
     char pipe_name[64];
@@ -250,6 +276,15 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     if (r == 0 && (zmq_setsockopt(a->control, ZMQ_IPV6, &ipv6, sizeof(ipv6)) < 0 ||
                    zmq_setsockopt(a->control, ZMQ_ROUTING_ID, id, sizeof(id)) < 0))
         r = -errno;
+    if (r == 0 && curve_server_key)
+        r = curve_client_setup(a->control, curve_server_key, own);
+    char monitor_name[64]; /* a refused key shows only here: ZeroMQ retries in silence */
+    snprintf(monitor_name, sizeof(monitor_name), "inproc://ddp-agent-monitor-%lu", (unsigned long)pipe_counter++);
+    if (r == 0 && (zmq_socket_monitor(a->control, monitor_name,
+                                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED) < 0 ||
+                   !(a->monitor = zmq_socket(zmq_ctx, ZMQ_PAIR)) || zmq_connect(a->monitor, monitor_name) < 0))
+        r = -errno;
     if (r == 0 && (zmq_bind(a->agent_pipe, pipe_name) < 0 || zmq_connect(a->pipe, pipe_name) < 0))
         r = -errno;
     if (r == 0 && zmq_connect(a->control, coordinator) < 0)
@@ -260,6 +295,8 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     }
     if (a->control)
         zmq_close(a->control);
+    if (a->monitor)
+        zmq_close(a->monitor);
     if (a->agent_pipe)
         zmq_close(a->agent_pipe);
     if (a->pipe)

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/curve_keys.h"
 #include "common/wire.h"
 #include "worker/libddp/job_end.h"
 
@@ -22,9 +23,11 @@ typedef struct {
 
 typedef struct {
     void *zmq_ctx;
-    void *pipe;       /* the caller's end (PAIR) */
-    void *agent_pipe; /* the agent's end */
-    void *control;    /* DEALER to ddpd, the agent's */
+    void *pipe;           /* the caller's end (PAIR) */
+    void *agent_pipe;     /* the agent's end */
+    void *control;        /* DEALER to ddpd, the agent's */
+    void *monitor;        /* the control socket's handshake failures (a CURVE key ddpd refused) */
+    int handshake_failed; /* the last one's ZMQ_EVENT_*, 0: none */
     char coordinator[DDP_MAX_ENDPOINT + 1];
     char job[DDP_MAX_JOB_NAME + 1];
     int connect_timeout_ms;
@@ -50,7 +53,9 @@ void agent_set_waiting(agent *a, int on, const char *what);
 int agent_interrupt(void);
 
 /* Connects to the coordinator and starts the thread. */
-int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms);
+/* With curve_server_key, the control connection speaks CURVE with own's key pair. */
+int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms,
+                const char *curve_server_key, const curve_keypair *own);
 /* Sends env to ddpd through the agent, with one payload frame when bytes > 0. */
 int agent_send(agent *a, const Ddp__Envelope *env);
 int agent_send_payload(agent *a, const Ddp__Envelope *env, const void *payload, size_t bytes);

@@ -27,6 +27,8 @@ typedef struct {
     char transport[8];
     int world_size, rank, local_rank;
     int timeout_ms, join_timeout_ms, connect_timeout_ms;
+    const char *curve_server_key; /* $DDP_CURVE_SERVER_KEY: ddpd speaks CURVE; NULL: it does not */
+    curve_keypair curve;          /* $DDP_CURVE_KEY's pair */
 } group_settings;
 
 DDP_EXPORT int ddp_get_version(void) {
@@ -117,6 +119,17 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
         snprintf(init_error, sizeof(init_error), "data endpoint %s", why);
         return -EINVAL;
     }
+    /* CURVE to a ddpd over TCP: its public key, and this user's key pair (ddpctl keygen) */
+    s->curve_server_key = getenv("DDP_CURVE_SERVER_KEY");
+    const char *curve_key = getenv("DDP_CURVE_KEY");
+    if (!s->curve_server_key != !curve_key || (s->curve_server_key && !curve_key_valid(s->curve_server_key))) {
+        snprintf(init_error, sizeof(init_error),
+                 "DDP_CURVE_SERVER_KEY (ddpd's public key, 40 Z85 characters) and DDP_CURVE_KEY (this user's key "
+                 "file) go together");
+        return -EINVAL;
+    }
+    if (curve_key && curve_keypair_load(curve_key, &s->curve, init_error, sizeof(init_error)) < 0)
+        return -EINVAL;
     TRY(settings_string(s->transport, sizeof(s->transport), o->transport, "DDP_TRANSPORT", "auto", "transport"));
     if (strcmp(s->transport, "auto") && strcmp(s->transport, "shm") && strcmp(s->transport, "zmq")) {
         snprintf(init_error, sizeof(init_error), "transport '%s': use auto, shm or zmq", s->transport);
@@ -355,7 +368,8 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         goto fail;
     }
-    if ((r = agent_start(&g->agent, g->zmq_ctx, s.coordinator, s.job, s.connect_timeout_ms)) < 0) {
+    if ((r = agent_start(&g->agent, g->zmq_ctx, s.coordinator, s.job, s.connect_timeout_ms, s.curve_server_key,
+                         &s.curve)) < 0) {
         snprintf(init_error, sizeof(init_error), "cannot connect to the coordinator '%s': %s", s.coordinator,
                  r == -EINVAL ? "not a valid ZeroMQ endpoint" : error_string(r));
         goto fail;

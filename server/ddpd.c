@@ -147,6 +147,8 @@ int main(int argc, char **argv) {
     }
     log_info("ddpd %s listening on %s (heartbeat %d ms, liveness %d, join timeout %d s)", DDP_VERSION, s.endpoint,
              opts.heartbeat_ms, opts.liveness, opts.join_timeout);
+    if (opts.insecure && listen_is_open(opts.listen) && !opts.curve_key)
+        log_warn("--insecure: anyone who can reach %s may join, read or end any job", s.endpoint);
     /* Ready only now: the configuration is valid and the socket is bound. */
     char summary[128];
     server_summary(&s, summary, sizeof(summary));

@@ -206,6 +206,28 @@ START_TEST(test_socket_directory_removed) {
 }
 END_TEST
 
+/* The private ddpd listens on a Unix socket in the launch's private directory (0700: no
+ * other user reaches it), which goes with the launch; the ranks find it there. */
+START_TEST(test_private_ddpd_socket) {
+    char tmpdir[] = "/tmp/check_launcher.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    char tmpdir_env[64];
+    snprintf(tmpdir_env, sizeof(tmpdir_env), "TMPDIR=%s", tmpdir);
+    const char *env[] = {tmpdir_env, NULL};
+    const char *script = "s=${DDP_COORDINATOR#ipc://}; echo \"coordinator $DDP_COORDINATOR mode $(stat -c %a "
+                         "\"$(dirname \"$s\")\") socket $(test -S \"$s\" && echo yes)\"";
+    const char *args[] = {"-n", "1", "--", "sh", "-c", script, NULL};
+    proc p;
+    run_expecting(&p, args, env, 0);
+    char line[160];
+    snprintf(line, sizeof(line), "[rank 0] coordinator ipc://%s/ddp-run.", tmpdir);
+    assert_output_has(&p, line);
+    assert_output_has(&p, "/ddpd.sock mode 700 socket yes\n");
+    ck_assert_msg(rmdir(tmpdir) == 0, "%s is not empty after ddp-run: %s", tmpdir, strerror(errno));
+    proc_close(&p);
+}
+END_TEST
+
 /* ddp_store_set/get through ddpd: a value one rank sets reaches every rank, including
  * those that asked first; a key nobody sets is a timeout that names it. */
 START_TEST(test_store) {
@@ -414,6 +436,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_given_coordinator);
     tcase_add_test(tc, test_environment);
     tcase_add_test(tc, test_socket_directory_removed);
+    tcase_add_test(tc, test_private_ddpd_socket);
     tcase_add_test(tc, test_store);
     tcase_add_test(tc, test_timeout_getter);
     tcase_add_test(tc, test_api_edges);

@@ -33,7 +33,9 @@ static const config_option ddp_run_options_table[] = {
     {"nproc", CONFIG_INT, 1, DDP_MAX_WORLD_SIZE, NULL, offsetof(ddp_run_options, nproc),
      "number of ranks to start (required)", "N", NULL, NULL, 'n'},
     {"coordinator", CONFIG_STRING, 1, DDP_MAX_ENDPOINT, NULL, offsetof(ddp_run_options, coordinator),
-     "use the ddpd at EP instead of starting a private one on a free loopback port", "EP"},
+     "use the ddpd at EP instead of starting a private one (on a Unix socket in a directory only this user can "
+     "open)",
+     "EP"},
     {"job", CONFIG_STRING, 1, DDP_MAX_JOB_NAME, NULL, offsetof(ddp_run_options, job),
      "job name, given to the ranks as DDP_JOB", "NAME"},
     {"max-restarts", CONFIG_INT, 0, 1000, "0", offsetof(ddp_run_options, max_restarts),

@@ -47,7 +47,7 @@ typedef struct {
     bool have_ddpd;
     bool ddpd_stopping; /* we sent it SIGTERM: its exit is expected */
     char endpoint[DDP_MAX_ENDPOINT + 1];
-    char socket_dir[128]; /* the ranks' Unix sockets; "" when the user chose */
+    char socket_dir[128]; /* the private ddpd's socket and the ranks' (unless DDP_DATA_ENDPOINT) */
     int devnull;
     struct rlimit files; /* RLIMIT_NOFILE as we found it, for the children */
     bool files_raised;
@@ -396,9 +396,10 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
 
 /* ---- the ranks' sockets ---- */
 
-/* A private directory for the ranks' sockets. Not the ipc wildcard of libzmq: that makes
- * its directory in the working directory when TMPDIR is unset, and a killed rank leaves
- * it behind. Ours goes when the launch ends, whatever the ranks did. */
+/* A private directory (0700: only this user reaches what listens in it) for the private
+ * ddpd's socket and the ranks' sockets. Not the ipc wildcard of libzmq: that makes its
+ * directory in the working directory when TMPDIR is unset, and a killed rank leaves it
+ * behind. Ours goes when the launch ends, whatever the ranks did. */
 static int socket_dir_create(launcher *l) {
     const char *base = getenv("TMPDIR");
     /* sun_path holds 108 bytes: leave room for "/ddp-run.XXXXXX/rank-NNNNNNN". */
@@ -407,7 +408,7 @@ static int socket_dir_create(launcher *l) {
     snprintf(l->socket_dir, sizeof(l->socket_dir), "%s/ddp-run.XXXXXX", base);
     if (!mkdtemp(l->socket_dir)) {
         int r = -errno;
-        log_error("cannot create a directory for the ranks' sockets in %s: %s", base, strerror(-r));
+        log_error("cannot create a private directory for the launch's sockets in %s: %s", base, strerror(-r));
         l->socket_dir[0] = '\0';
         return r;
     }
@@ -422,6 +423,8 @@ static void socket_dir_remove(launcher *l) {
         snprintf(path, sizeof(path), "%s/rank-%d", l->socket_dir, i);
         unlink(path); /* a rank that exited cleanly removed its own */
     }
+    snprintf(path, sizeof(path), "%s/ddpd.sock", l->socket_dir);
+    unlink(path); /* a private ddpd that stopped cleanly removed it */
     if (rmdir(l->socket_dir) < 0)
         log_warn("cannot remove %s: %s", l->socket_dir, strerror(errno));
     l->socket_dir[0] = '\0';
@@ -429,7 +432,7 @@ static void socket_dir_remove(launcher *l) {
 
 /* ---- the private ddpd ---- */
 
-/* ddpd's "ddpd 0.1.0 listening on tcp://127.0.0.1:41234 (heartbeat ...)" gives the port. */
+/* ddpd's "ddpd 0.1.0 listening on ENDPOINT (heartbeat ...)" says it is there. */
 static void launcher_check_listening(void *ctx, const char *line, size_t n) {
     launcher *l = ctx;
     if (l->endpoint[0])
@@ -470,7 +473,10 @@ static int launcher_start_ddpd(launcher *l) {
      * info, or the "listening on" line never comes. */
     const char *level = getenv("DDPD_LOG_LEVEL");
     level = level && strcmp(level, "debug") == 0 ? "debug" : "info";
-    char *argv[] = {path, "--listen", "tcp://127.0.0.1:*", "--log-level", (char *)level, NULL};
+    /* In the launch's private directory: only this user reaches it, and ddpd knows who it is. */
+    char listen[sizeof(l->socket_dir) + 32];
+    snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", l->socket_dir);
+    char *argv[] = {path, "--listen", listen, "--log-level", (char *)level, NULL};
     size_t n_environ = 0;
     while (environ[n_environ])
         n_environ++;
@@ -563,14 +569,16 @@ int launcher_run(const launcher_options *opts, int *exit_code) {
         goto out;
     }
 
+    /* the private ddpd's socket and the ranks' data sockets (unless DDP_DATA_ENDPOINT says) */
+    if ((r = socket_dir_create(&l)) < 0)
+        goto out;
     if (opts->coordinator)
         snprintf(l.endpoint, sizeof(l.endpoint), "%s", opts->coordinator);
     else if ((r = launcher_start_ddpd(&l)) < 0 || l.cause_set)
         goto out;
 
-    if (!getenv("DDP_DATA_ENDPOINT") && (r = socket_dir_create(&l)) < 0)
-        goto out;
-    if ((r = rank_env_build(&env, opts->nproc, opts->job, l.endpoint, l.socket_dir[0] ? l.socket_dir : NULL)) < 0) {
+    const char *data_dir = getenv("DDP_DATA_ENDPOINT") ? NULL : l.socket_dir;
+    if ((r = rank_env_build(&env, opts->nproc, opts->job, l.endpoint, data_dir)) < 0) {
         log_error("cannot set up the ranks' environment: %s", strerror(-r));
         goto out;
     }

@@ -22,14 +22,20 @@
 
 static char dir[64], endpoint[128];
 
-static void start_ddpd(ddpd_proc *d) {
+/* root's ddpd on a Unix socket of its own, with one more flag (and its value) if given. */
+static void start_ddpd(ddpd_proc *d, const char *flag, const char *value) {
     snprintf(dir, sizeof(dir), "/tmp/ddp-security-%d", (int)getpid());
     ck_assert_int_eq(mkdir(dir, 0755), 0);
     snprintf(endpoint, sizeof(endpoint), "ipc://%s/ddpd.sock", dir);
     snprintf(d->endpoint, sizeof(d->endpoint), "%s", endpoint);
-    const char *argv[] = {DDPD_PATH, "--listen", endpoint, NULL};
+    const char *argv[] = {DDPD_PATH, "--listen", endpoint, flag, value, NULL};
     proc_start(&d->p, argv, NULL);
     ck_assert_msg(proc_expect(&d->p, "listening on ", 10000, NULL, 0), "%s", proc_output(&d->p));
+}
+
+static void stop_ddpd(ddpd_proc *d) {
+    ck_assert_int_eq(ddpd_stop(d), 0);
+    rmdir(dir);
 }
 
 /* argv run as the other user, with the rendezvous of rank of job in its environment. */
@@ -68,7 +74,7 @@ static void ddpctl_as(proc *p, bool other, const char *command, const char *job)
 
 START_TEST(test_other_user) {
     ddpd_proc d;
-    start_ddpd(&d);
+    start_ddpd(&d, NULL, NULL);
     proc root0, root1, stranger, ctl;
     const char *barriers[] = {"--barriers", "3", NULL};
     member_start(&root0, &d, 2, 0, "lab", barriers);
@@ -113,26 +119,9 @@ START_TEST(test_other_user) {
     proc_close(&stranger);
     proc_close(&root0);
     proc_close(&root1);
-    ck_assert_int_eq(ddpd_stop(&d), 0);
-    rmdir(dir);
+    stop_ddpd(&d);
 }
 END_TEST
-
-/* A ddpd on a socket of its own with one quota set small. */
-static void start_quota_ddpd(ddpd_proc *d, const char *flag, const char *value) {
-    snprintf(dir, sizeof(dir), "/tmp/ddp-security-%d", (int)getpid());
-    ck_assert_int_eq(mkdir(dir, 0755), 0);
-    snprintf(endpoint, sizeof(endpoint), "ipc://%s/ddpd.sock", dir);
-    snprintf(d->endpoint, sizeof(d->endpoint), "%s", endpoint);
-    const char *argv[] = {DDPD_PATH, "--listen", endpoint, flag, value, NULL};
-    proc_start(&d->p, argv, NULL);
-    ck_assert_msg(proc_expect(&d->p, "listening on ", 10000, NULL, 0), "%s", proc_output(&d->p));
-}
-
-static void stop_quota_ddpd(ddpd_proc *d) {
-    ck_assert_int_eq(ddpd_stop(d), 0);
-    rmdir(dir);
-}
 
 /* While root is over a quota, the other user's job of one member runs to its end. */
 static void others_undisturbed(void) {
@@ -158,39 +147,38 @@ static void others_undisturbed(void) {
     proc_close(&theirs);
 }
 
+/* over (a member root started) was refused, saying needle; the other user's job goes on;
+ * then hold (root's member that took the quota) and the ddpd go. */
+static void refused_by_quota(ddpd_proc *d, proc *over, proc *hold, const char *needle) {
+    char line[600];
+    ck_assert(proc_expect(over, "init failed", WAIT_MS, line, sizeof(line)));
+    ck_assert_msg(strstr(line, needle), "expected '%s' in: %s", needle, line);
+    proc_wait(over, WAIT_MS);
+    proc_close(over);
+    others_undisturbed();
+    proc_signal(hold, SIGKILL);
+    proc_close(hold);
+    stop_ddpd(d);
+}
+
 /* Each per-user quota, hit by root and answered with an error that names it. */
 START_TEST(test_quotas) {
     ddpd_proc d;
     proc hold, over;
-    char line[600];
     /* jobs: root holds one (a member that stays), a second is refused */
-    start_quota_ddpd(&d, "--user-jobs", "1");
+    start_ddpd(&d, "--user-jobs", "1");
     const char *stay[] = {"--barriers", "2", "--hang-at", "1", NULL};
     member_start(&hold, &d, 1, 0, "one", stay);
     ck_assert(proc_expect(&hold, "barrier 0 ok", WAIT_MS, NULL, 0));
     member_start(&over, &d, 1, 0, "two", NULL);
-    ck_assert(proc_expect(&over, "init failed", WAIT_MS, line, sizeof(line)));
-    ck_assert_msg(strstr(line, "user root's jobs are 1, the most one user may hold (ddpd --user-jobs 1)"), "%s", line);
-    proc_wait(&over, WAIT_MS);
-    proc_close(&over);
-    others_undisturbed();
-    proc_signal(&hold, SIGKILL);
-    proc_close(&hold);
-    stop_quota_ddpd(&d);
+    refused_by_quota(&d, &over, &hold, "user root's jobs are 1, the most one user may hold (ddpd --user-jobs 1)");
 
     /* members: a job of two, one member too many */
-    start_quota_ddpd(&d, "--user-members", "1");
+    start_ddpd(&d, "--user-members", "1");
     member_start(&hold, &d, 2, 0, "pair", NULL);
     ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
     member_start(&over, &d, 2, 1, "pair", NULL);
-    ck_assert(proc_expect(&over, "init failed", WAIT_MS, line, sizeof(line)));
-    ck_assert_msg(strstr(line, "(ddpd --user-members 1)"), "%s", line);
-    proc_wait(&over, WAIT_MS);
-    proc_close(&over);
-    others_undisturbed();
-    proc_signal(&hold, SIGKILL);
-    proc_close(&hold);
-    stop_quota_ddpd(&d);
+    refused_by_quota(&d, &over, &hold, "(ddpd --user-members 1)");
 
     /* store bytes, and pending waits: rank 0's set is refused, and of two waits one */
     const char *store_args[] = {"/usr/bin/env", "DDP_TIMEOUT_MS=1500", MEMBER_PATH, "--store", "1", NULL};
@@ -200,7 +188,7 @@ START_TEST(test_quotas) {
     } stores[] = {{"--user-store-mb", "0.00001", "(ddpd --user-store-mb)", 0},
                   {"--user-store-waits", "1", "(ddpd --user-store-waits 1)", -1}};
     for (size_t k = 0; k < sizeof(stores) / sizeof(stores[0]); k++) {
-        start_quota_ddpd(&d, stores[k].flag, stores[k].value);
+        start_ddpd(&d, stores[k].flag, stores[k].value);
         proc ranks[2];
         for (int r = 0; r < 2; r++)
             rank_start(&ranks[r], &d, 2, r, "store", store_args);
@@ -214,11 +202,11 @@ START_TEST(test_quotas) {
         for (int r = 0; r < 2; r++)
             proc_close(&ranks[r]);
         others_undisturbed();
-        stop_quota_ddpd(&d);
+        stop_ddpd(&d);
     }
 
     /* ps buffers: a layout of 2^20 floats for two ranks is 12 MB of them */
-    start_quota_ddpd(&d, "--user-ps-mb", "1");
+    start_ddpd(&d, "--user-ps-mb", "1");
     void *ctx = zmq_ctx_new(), *sock = raw_connect(ctx, endpoint);
     uint64_t layout[] = {1u << 20};
     Ddp__Join join = DDP__JOIN__INIT;
@@ -240,7 +228,7 @@ START_TEST(test_quotas) {
     zmq_close(sock);
     zmq_ctx_term(ctx);
     others_undisturbed();
-    stop_quota_ddpd(&d);
+    stop_ddpd(&d);
 }
 END_TEST
 

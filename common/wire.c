@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/curve_keys.h"
 #include "common/error.h"
 #include "common/fd_socket.h"
 
@@ -144,11 +145,15 @@ static bool parse_u32(const char *p, const char *end, uint32_t *ret) {
 }
 
 int wire_peer_credentials(const wire_msg *msg, uint32_t *ret_uid, uint32_t *ret_pid) {
+    return wire_address_credentials(msg->peer, ret_uid, ret_pid);
+}
+
+int wire_address_credentials(const char *address, uint32_t *ret_uid, uint32_t *ret_pid) {
     /* "HOST:UID:GID:PID": the last three fields */
-    const char *end = msg->peer + strlen(msg->peer);
-    const char *before_pid = colon_before(msg->peer, end);
-    const char *before_gid = before_pid ? colon_before(msg->peer, before_pid) : NULL;
-    const char *before_uid = before_gid ? colon_before(msg->peer, before_gid) : NULL;
+    const char *end = address + strlen(address);
+    const char *before_pid = colon_before(address, end);
+    const char *before_gid = before_pid ? colon_before(address, before_pid) : NULL;
+    const char *before_uid = before_gid ? colon_before(address, before_gid) : NULL;
     uint32_t gid;
     if (!before_uid || !parse_u32(before_uid + 1, before_gid, ret_uid) ||
         !parse_u32(before_gid + 1, before_pid, &gid) || !parse_u32(before_pid + 1, end, ret_pid))
@@ -315,6 +320,7 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
         CHECK(!j->mode[0] || wire_name_valid(j->mode, DDP_MAX_MODE), "join: invalid mode");
         CHECK(wire_text_valid(j->host, DDP_MAX_HOST, false), "join: invalid host");
         CHECK(wire_text_valid(j->data_endpoint, DDP_MAX_ENDPOINT, true), "join: invalid data endpoint");
+        CHECK(!j->data_key[0] || curve_key_valid(j->data_key), "join: invalid data key");
         CHECK(j->n_ps_buckets <= DDP_MAX_PS_BUCKETS, "join: %zu ps buckets exceed %d", j->n_ps_buckets,
               DDP_MAX_PS_BUCKETS);
         uint64_t total = 0;
@@ -342,6 +348,10 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
               "welcome: %zu pids and %zu hosts for world size %u", w->n_pids, w->n_hosts, w->world_size);
         for (size_t i = 0; i < w->n_hosts; i++)
             CHECK(wire_text_valid(w->hosts[i], DDP_MAX_HOST, false), "welcome: invalid host %zu", i);
+        CHECK(w->n_data_keys == w->world_size, "welcome: %zu data keys for world size %u", w->n_data_keys,
+              w->world_size);
+        for (size_t i = 0; i < w->n_data_keys; i++)
+            CHECK(!w->data_keys[i][0] || curve_key_valid(w->data_keys[i]), "welcome: invalid data key %zu", i);
         CHECK(wire_text_valid(w->ps_socket, FD_SOCKET_NAME_BYTES - 1, true), "welcome: invalid ps socket");
         CHECK(w->heartbeat_ms >= DDP_MIN_HEARTBEAT_MS && w->heartbeat_ms <= DDP_MAX_HEARTBEAT_MS,
               "welcome: heartbeat %u ms out of range", w->heartbeat_ms);

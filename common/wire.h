@@ -61,6 +61,8 @@ void wire_msg_close(wire_msg *msg);
  * from msg->peer); -ENOENT when there are none (TCP, inproc). Only for a socket bound to
  * ipc://: a TCP peer's IPv6 address has colons too. */
 int wire_peer_credentials(const wire_msg *msg, uint32_t *ret_uid, uint32_t *ret_pid);
+/* The same from a Peer-Address (or a ZAP request's address) itself. */
+int wire_address_credentials(const char *address, uint32_t *ret_uid, uint32_t *ret_pid);
 
 /* Validates a decoded envelope carrying n_payload payload frames. Fills err on failure. */
 int wire_validate(const Ddp__Envelope *env, size_t n_payload, char *err, size_t err_size);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/curve_keys.h"
 #include "common/limits.h"
 #include "common/wire.h"
 #include "server/ps.h"
@@ -26,7 +27,8 @@ typedef struct {
     uint32_t pid;
     char host[DDP_MAX_HOST + 1];
     char endpoint[DDP_MAX_ENDPOINT + 1];
-    uint64_t join_seq; /* echoed in the Welcome */
+    char data_key[CURVE_KEY_Z85]; /* its data socket's CURVE public key, for the peers ("": not tcp://) */
+    uint64_t join_seq;            /* echoed in the Welcome */
     uint64_t last_heard_ms;
     bool left;
     bool at_barrier;

@@ -214,18 +214,20 @@ static void server_form_job(server *s, job *j) {
         server_abort_job(s, j, -1, -ENOMEM, "ddpd is out of memory for the job's gradient buckets");
         return;
     }
-    char *endpoints[DDP_MAX_WORLD_SIZE], *hosts[DDP_MAX_WORLD_SIZE];
+    char *endpoints[DDP_MAX_WORLD_SIZE], *hosts[DDP_MAX_WORLD_SIZE], *keys[DDP_MAX_WORLD_SIZE];
     uint32_t pids[DDP_MAX_WORLD_SIZE];
     for (size_t i = 0; i < j->n_members; i++) {
         endpoints[i] = j->members[i].endpoint;
+        keys[i] = j->members[i].data_key;
         hosts[i] = j->members[i].host;
         pids[i] = j->members[i].pid;
     }
     Ddp__Welcome body = DDP__WELCOME__INIT;
     body.world_size = j->world_size;
     body.generation = j->generation;
-    body.n_endpoints = body.n_hosts = body.n_pids = j->n_members;
+    body.n_endpoints = body.n_hosts = body.n_pids = body.n_data_keys = j->n_members;
     body.endpoints = endpoints;
+    body.data_keys = keys;
     body.hosts = hosts;
     body.pids = pids;
     body.heartbeat_ms = (uint32_t)s->opts.heartbeat_ms;
@@ -368,6 +370,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
     memcpy(m.identity, msg->identity, msg->identity_size);
     snprintf(m.host, sizeof(m.host), "%s", jn->host);
     snprintf(m.endpoint, sizeof(m.endpoint), "%s", jn->data_endpoint);
+    snprintf(m.data_key, sizeof(m.data_key), "%s", jn->data_key);
     if ((r = job_add_member(j, &m)) < 0) {
         server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, r, error_string(r));
         if (j->n_members == 0)

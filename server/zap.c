@@ -13,6 +13,7 @@
 #include "common/curve_keys.h"
 #include "common/log.h"
 #include "common/strmap.h"
+#include "common/zap_request.h"
 
 struct zap {
     void *socket;
@@ -60,47 +61,19 @@ static int load_users(zap *z, const char *path, char *err, size_t err_size) {
     return r;
 }
 
-/* One ZAP exchange: request frames in, the reply out. */
+/* One ZAP exchange: a client's key in, its user (or a refusal) out. */
 static void answer(zap *z) {
-    zmq_msg_t part[8];
-    int n = 0, more = 1;
-    size_t more_size = sizeof(more);
-    while (more && n < 8) {
-        zmq_msg_init(&part[n]);
-        if (zmq_msg_recv(&part[n], z->socket, 0) < 0) {
-            zmq_msg_close(&part[n]);
-            break;
-        }
-        n++;
-        zmq_getsockopt(z->socket, ZMQ_RCVMORE, &more, &more_size);
-    }
-    /* version, request id, domain, address, routing id, mechanism, credentials... */
-    const char *status = "400", *text = "unknown key", *user = "";
-    char mechanism[16] = "", key[CURVE_KEY_Z85] = "";
-    if (n >= 6) {
-        size_t len = zmq_msg_size(&part[5]) < sizeof(mechanism) - 1 ? zmq_msg_size(&part[5]) : sizeof(mechanism) - 1;
-        memcpy(mechanism, zmq_msg_data(&part[5]), len);
-    }
-    if (strcmp(mechanism, "CURVE") == 0 && n == 7 && zmq_msg_size(&part[6]) == 32) {
-        zmq_z85_encode(key, zmq_msg_data(&part[6]), 32);
-        const char *name = strmap_get(&z->users, key);
-        if (name)
-            status = "200", text = "OK", user = name;
-        else
-            log_warn("refused a CURVE client with key %s: not in --curve-users", key);
-    } else {
-        text = "CURVE only";
-    }
-    const char *reply[6] = {"1.0", NULL, status, text, user, ""};
-    for (int i = 0; i < 6; i++) {
-        int flags = i < 5 ? ZMQ_SNDMORE : 0;
-        if (i == 1 && n >= 2) /* the request id, echoed */
-            zmq_send(z->socket, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), flags);
-        else
-            zmq_send(z->socket, reply[i] ? reply[i] : "", reply[i] ? strlen(reply[i]) : 0, flags);
-    }
-    for (int i = 0; i < n; i++)
-        zmq_msg_close(&part[i]);
+    zap_request req;
+    if (zap_request_read(z->socket, &req) < 0)
+        return;
+    const char *name = req.valid && req.key[0] ? strmap_get(&z->users, req.key) : NULL;
+    if (name)
+        zap_request_reply(z->socket, &req, "200", "OK", name);
+    else if (req.key[0]) {
+        log_warn("refused a CURVE client with key %s: not in --curve-users", req.key);
+        zap_request_reply(z->socket, &req, "400", "unknown key", NULL);
+    } else
+        zap_request_reply(z->socket, &req, "400", "CURVE only", NULL);
 }
 
 static void *zap_main(void *arg) {

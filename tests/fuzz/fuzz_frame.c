@@ -112,14 +112,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static job_end end;
     end = (job_end){.fd = eventfd(0, EFD_CLOEXEC)};
     comm c = {.timeout_ms = 3, .end = &end, .error = error, .error_size = sizeof(error)};
-    char endpoint[256], *endpoints[WORLD] = {endpoint, endpoint, endpoint, endpoint};
-    uint32_t pids[WORLD] = {1, 2, 3, 4};
-    bool here[WORLD] = {false};
-    comm_peers peers = {
-        .rank = 0, .world = WORLD, .generation = GENERATION, .endpoints = endpoints, .pids = pids, .here = here};
+    char endpoint[256], *endpoints[WORLD] = {endpoint, endpoint, endpoint, endpoint}, key[CURVE_KEY_Z85];
+    char *keys[WORLD] = {"", "", "", ""};
+    /* this process is rank 1: the data plane's guard admits its connection as that rank, and
+     * drops its frames that name another (no process has pid 0) */
+    uint32_t pids[WORLD] = {0, (uint32_t)getpid(), 0, 0};
+    bool here[WORLD] = {true, true, true, true};
+    comm_peers peers = {.rank = 0,
+                        .world = WORLD,
+                        .generation = GENERATION,
+                        .endpoints = endpoints,
+                        .keys = keys,
+                        .pids = pids,
+                        .here = here};
     char listen[64]; /* an abstract Unix socket: no file, and quicker to set up than TCP */
     snprintf(listen, sizeof(listen), "ipc://@ddp-fuzz-frame-%d", (int)getpid());
-    if (comm_zmq_open(&c) < 0 || comm_listen(&c, listen, endpoint, sizeof(endpoint)) < 0 || comm_start(&c, &peers) < 0)
+    if (comm_zmq_open(&c) < 0 || comm_listen(&c, listen, endpoint, sizeof(endpoint), key) < 0 ||
+        comm_start(&c, &peers) < 0)
         abort();
     void *push = zmq_socket(peer_ctx, ZMQ_PUSH);
     int linger = 0;

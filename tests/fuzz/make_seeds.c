@@ -82,6 +82,7 @@ static size_t control_messages(int r, message *out) {
     join.pid = 1000u + (unsigned)r;
     join.host = "fuzzhost";
     join.data_endpoint = "tcp://127.0.0.1:40000";
+    join.data_key = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID";
     join.ps_buckets = (uint64_t *)buckets;
     join.n_ps_buckets = 1;
     wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "fuzz", r, 0, 1);

@@ -13,9 +13,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/clock.h"
 #include "common/wire.h"
 #include "tests/check_main.h"
 #include "tests/integration/harness.h"
+#include "worker/libddp/comm.h"
 
 #define WAIT_MS 60000
 #define OTHER_UID "65534" /* nobody */
@@ -294,10 +296,15 @@ START_TEST(test_curve) {
     /* a job of two hosts over CURVE */
     proc ranks[2];
     for (int r = 0; r < 2; r++) {
-        const char *env[] = {coord,           server_env,
-                             user_env,        r ? "DDP_HOST=host-b" : "DDP_HOST=host-a",
-                             "WORLD_SIZE=2",  r ? "RANK=1" : "RANK=0",
-                             "DDP_JOB=hosts", NULL};
+        const char *env[] = {coord,
+                             server_env,
+                             user_env,
+                             r ? "DDP_HOST=host-b" : "DDP_HOST=host-a",
+                             "WORLD_SIZE=2",
+                             r ? "RANK=1" : "RANK=0",
+                             "DDP_JOB=hosts",
+                             "DDP_DATA_ENDPOINT=tcp://127.0.0.1:*",
+                             NULL};
         const char *member[] = {MEMBER_PATH, "--barriers", "2", "--all-reduce", "1", NULL};
         proc_start(&ranks[r], member, env);
     }
@@ -328,6 +335,108 @@ START_TEST(test_curve) {
 }
 END_TEST
 
+/* Rank's data endpoint in job, and the job's generation, as ddpd shows them to its owner. */
+static void data_endpoint_of(const ddpd_proc *d, const char *job, int rank, char *ep, size_t size,
+                             uint64_t *generation) {
+    void *ctx = zmq_ctx_new(), *s = raw_connect(ctx, d->endpoint);
+    uint64_t deadline = clock_now_ms() + 10000;
+    ep[0] = '\0';
+    for (uint64_t seq = 1; !ep[0] && clock_now_ms() < deadline; seq++) {
+        Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REQUEST, "", -1, 0, seq);
+        env.status_request = &body;
+        wire_msg msg;
+        ck_assert_int_eq(raw_request(s, &env, 5000, &msg), 0);
+        for (size_t i = 0; i < msg.env->status_reply->n_jobs; i++) {
+            const Ddp__JobStatus *j = msg.env->status_reply->jobs[i];
+            for (size_t k = 0; strcmp(j->name, job) == 0 && k < j->n_members; k++)
+                if (j->members[k]->rank == rank && j->generation) {
+                    snprintf(ep, size, "%s", j->members[k]->endpoint);
+                    *generation = j->generation;
+                }
+        }
+        wire_msg_close(&msg);
+    }
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    ck_assert_msg(ep[0], "job '%s' has no rank %d after 10 s", job, rank);
+}
+
+/* From this process (not a rank of the job): the frame rank 1 expects from rank 0's
+ * ddp_send of one int with tag 7, carrying 666 instead of 42. Before the data plane had a
+ * guard, rank 1 took it. */
+static void forge_send(const char *ep, uint64_t generation) {
+    void *ctx = zmq_ctx_new(), *push = zmq_socket(ctx, ZMQ_PUSH);
+    int linger = 0, forged = 666;
+    zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof(linger));
+    ck_assert_int_eq(zmq_connect(push, ep), 0);
+    comm_header h = {.magic = COMM_MAGIC,
+                     .version = COMM_VERSION,
+                     .kind = COLL_SEND,
+                     .dtype = DTYPE_I32,
+                     .op = REDUCE_SUM,
+                     .src = 0,
+                     .tag = 7,
+                     .root = 1,
+                     .generation = generation,
+                     .count = 1,
+                     .n = 1};
+    ck_assert_int_eq(zmq_send(push, &h, sizeof(h), ZMQ_SNDMORE), sizeof(h));
+    ck_assert_int_eq(zmq_send(push, &forged, sizeof(forged), 0), sizeof(forged));
+    usleep(500 * 1000); /* its handshakes (refused, and tried again) */
+    zmq_close(push);
+    zmq_ctx_term(ctx);
+}
+
+/* Rank 1 waits 1.5 s for rank 0's send while this process, the same user as the job but
+ * none of its ranks, sends rank 1 a frame of its own: refused at the handshake (over
+ * ipc:// by the kernel's pid; over tcp:// for want of a CURVE key), counted, and rank 1
+ * receives rank 0's value. */
+START_TEST(test_data_plane) {
+    static const struct {
+        const char *endpoint, *refusal;
+    } planes[] = {
+        {"ipc://@*", "which is not a rank of the job on this host"},
+        {"tcp://127.0.0.1:*", "a handshake that failed before authentication"},
+    };
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    for (size_t i = 0; i < sizeof(planes) / sizeof(planes[0]); i++) {
+        char job[32], data_env[64], ep[DDP_MAX_ENDPOINT + 1], line[512];
+        snprintf(job, sizeof(job), "forged-%zu", i);
+        snprintf(data_env, sizeof(data_env), "DDP_DATA_ENDPOINT=%s", planes[i].endpoint);
+        proc ranks[2];
+        for (int r = 0; r < 2; r++) {
+            const char *argv[] = {"/usr/bin/env",
+                                  data_env,
+                                  "DDP_TRANSPORT=zmq",
+                                  MEMBER_PATH,
+                                  "--recv-late-ms",
+                                  "1500",
+                                  "--barriers",
+                                  "0",
+                                  NULL};
+            rank_start(&ranks[r], &d, 2, r, job, argv);
+        }
+        uint64_t generation = 0;
+        data_endpoint_of(&d, job, 1, ep, sizeof(ep), &generation);
+        forge_send(ep, generation);
+        ck_assert_msg(proc_wait(&ranks[1], WAIT_MS) == 0, "%s", proc_output(&ranks[1]));
+        ck_assert_msg(strstr(proc_output(&ranks[1]), "received 42 from rank 0"), "%s", proc_output(&ranks[1]));
+        ck_assert_msg(proc_expect(&ranks[1], "refused ", 0, line, sizeof(line)), "%s", proc_output(&ranks[1]));
+        unsigned long long connections = 0;
+        ck_assert_msg(sscanf(line, "refused %llu connections", &connections) == 1 && connections >= 1 &&
+                          strstr(line, planes[i].refusal),
+                      "%s: %s", planes[i].endpoint, line);
+        ck_assert_msg(proc_wait(&ranks[0], WAIT_MS) == 0, "%s", proc_output(&ranks[0]));
+        for (int r = 0; r < 2; r++)
+            proc_close(&ranks[r]);
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (check_selected(argc, argv, "other-user") && geteuid() != 0)
         return check_skip("other-user", "acting as another user needs root (setpriv)");
@@ -342,5 +451,9 @@ int main(int argc, char **argv) {
     tcase_set_timeout(curve, 120);
     tcase_add_test(curve, test_curve);
     suite_add_tcase(s, curve);
+    TCase *data = tcase_create("data-plane");
+    tcase_set_timeout(data, 120);
+    tcase_add_test(data, test_data_plane);
+    suite_add_tcase(s, data);
     return check_main(s, argc, argv);
 }

@@ -14,7 +14,10 @@
  * --status 1: the last rank aborts the job ("rank N gives up"); the others poll
  * ddp_job_status until it says so ("job status CODE: LAST_ERROR"), at most 10 s.
  * --edges 1: the API's edges on a real group: "async without a request: CODE", then every
- * rank aborts and says "after abort: job status CODE: LAST_ERROR". */
+ * rank aborts and says "after abort: job status CODE: LAST_ERROR".
+ * --recv-late-ms M: rank 0 sends rank 1 the int 42 (tag 7) M ms after the job formed;
+ * rank 1 says "received V from rank 0", then what its data plane turned away ("refused C
+ * connections and F frames: LAST"), so a test can try to slip its own frame in first. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +26,7 @@
 #include "ddp/ddp.h"
 
 int main(int argc, char **argv) {
-    int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0;
+    int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0, recv_late_ms = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
@@ -39,6 +42,8 @@ int main(int argc, char **argv) {
             all_reduce = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--late-ms") == 0)
             late_ms = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--recv-late-ms") == 0)
+            recv_late_ms = atoi(argv[i + 1]);
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -50,6 +55,22 @@ int main(int argc, char **argv) {
     }
     printf("joined rank %d world %d pid %d timeout %d ms\n", ddp_rank(g), ddp_world_size(g), (int)getpid(),
            ddp_timeout_ms(g));
+    if (recv_late_ms && ddp_rank(g) == 0) {
+        usleep((useconds_t)recv_late_ms * 1000);
+        int value = 42;
+        if ((r = ddp_send(g, &value, 1, DDP_I32, 1, 7)) < 0)
+            printf("send failed: %d: %s\n", r, ddp_last_error(g));
+    } else if (recv_late_ms && ddp_rank(g) == 1) {
+        int value = 0;
+        ddp_refusals refused;
+        if ((r = ddp_recv(g, &value, 1, DDP_I32, 0, 7)) < 0)
+            printf("recv failed: %d: %s\n", r, ddp_last_error(g));
+        else if ((r = ddp_get_refusals(g, &refused)) < 0)
+            printf("ddp_get_refusals failed: %d\n", r);
+        else
+            printf("received %d from rank 0\nrefused %llu connections and %llu frames: %s\n", value,
+                   refused.connections, refused.frames, refused.last_connection);
+    }
     for (int k = 0; k < barriers; k++) {
         if (k == hang_at)
             for (;;)

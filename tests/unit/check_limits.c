@@ -51,7 +51,11 @@ START_TEST(test_welcome_for_largest_world_fits) {
     w.endpoints = endpoints;
     w.hosts = hosts;
     w.pids = pids;
-    w.n_endpoints = w.n_hosts = w.n_pids = DDP_MAX_WORLD_SIZE;
+    static char *keys[DDP_MAX_WORLD_SIZE];
+    for (size_t i = 0; i < DDP_MAX_WORLD_SIZE; i++)
+        keys[i] = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"; /* every rank on TCP: a CURVE key each */
+    w.data_keys = keys;
+    w.n_endpoints = w.n_hosts = w.n_pids = w.n_data_keys = DDP_MAX_WORLD_SIZE;
     w.heartbeat_ms = DDP_MAX_HEARTBEAT_MS;
     w.liveness = DDP_MAX_LIVENESS;
     Ddp__Envelope env;

@@ -159,12 +159,14 @@ START_TEST(test_welcome_roundtrip) {
     char *endpoints[] = {"tcp://a:1", "tcp://b:2", "", "ipc:///tmp/d"};
     char *hosts[] = {"a", "b", "c.example.org", "d"};
     uint32_t pids[] = {1, 2, 4194304, 4};
+    char *keys[] = {"Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID", "", ""};
     Ddp__Welcome body = DDP__WELCOME__INIT;
     body.rank = 3;
     body.world_size = 4;
     body.generation = 0x1122334455667788ull;
-    body.n_endpoints = body.n_hosts = body.n_pids = 4;
+    body.n_endpoints = body.n_hosts = body.n_pids = body.n_data_keys = 4;
     body.endpoints = endpoints;
+    body.data_keys = keys;
     body.hosts = hosts;
     body.pids = pids;
     body.heartbeat_ms = 250;
@@ -185,6 +187,7 @@ START_TEST(test_welcome_roundtrip) {
         ck_assert_str_eq(w->endpoints[i], endpoints[i]);
         ck_assert_str_eq(w->hosts[i], hosts[i]);
         ck_assert_uint_eq(w->pids[i], pids[i]);
+        ck_assert_str_eq(w->data_keys[i], keys[i]);
     }
     ck_assert_uint_eq(w->heartbeat_ms, 250);
     ck_assert_uint_eq(w->liveness, 4);
@@ -657,7 +660,11 @@ START_TEST(test_welcome_largest_world) {
     w.endpoints = endpoints;
     w.hosts = hosts;
     w.pids = pids;
-    w.n_endpoints = w.n_hosts = w.n_pids = DDP_MAX_WORLD_SIZE;
+    static char *keys[DDP_MAX_WORLD_SIZE + 1];
+    for (size_t i = 0; i <= DDP_MAX_WORLD_SIZE; i++)
+        keys[i] = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID";
+    w.data_keys = keys;
+    w.n_endpoints = w.n_hosts = w.n_pids = w.n_data_keys = DDP_MAX_WORLD_SIZE;
     w.heartbeat_ms = DDP_MAX_HEARTBEAT_MS;
     w.liveness = DDP_MAX_LIVENESS;
     Ddp__Envelope env;
@@ -671,11 +678,14 @@ START_TEST(test_welcome_largest_world) {
 
     /* one more member: refused */
     w.world_size = DDP_MAX_WORLD_SIZE + 1;
-    w.n_endpoints = w.n_hosts = w.n_pids = DDP_MAX_WORLD_SIZE + 1;
+    w.n_endpoints = w.n_hosts = w.n_pids = w.n_data_keys = DDP_MAX_WORLD_SIZE + 1;
     expect_refused(&env, -EPROTO);
     /* one endpoint a byte too long: refused */
     w.world_size = DDP_MAX_WORLD_SIZE;
-    w.n_endpoints = w.n_hosts = w.n_pids = DDP_MAX_WORLD_SIZE;
+    w.n_endpoints = w.n_hosts = w.n_pids = w.n_data_keys = DDP_MAX_WORLD_SIZE;
+    keys[3] = "not a key"; /* a data key that is not one: refused */
+    expect_refused(&env, -EPROTO);
+    keys[3] = keys[0];
     free(endpoints[7]);
     endpoints[7] = repeat('e', DDP_MAX_ENDPOINT + 1);
     expect_refused(&env, -EPROTO);
@@ -1077,6 +1087,7 @@ static void build_join(parts *p) {
     p->join.pid = 4242;
     p->join.host = "node-1";
     p->join.data_endpoint = "tcp://127.0.0.1:6000";
+    p->join.data_key = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID";
     p->env.join = &p->join;
 }
 static void build_welcome(parts *p) {
@@ -1084,12 +1095,15 @@ static void build_welcome(parts *p) {
     ddp__welcome__init(&p->welcome);
     static char *endpoints[] = {"tcp://a:1", "tcp://b:1", "tcp://c:1", "tcp://d:1"}, *hosts[] = {"a", "b", "c", "d"};
     static uint32_t pids[] = {10, 11, 12, 13};
+    static char *keys[] = {"Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID",
+                           "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"};
     p->welcome.rank = 1;
     p->welcome.world_size = 4;
     p->welcome.endpoints = endpoints;
     p->welcome.hosts = hosts;
     p->welcome.pids = pids;
-    p->welcome.n_endpoints = p->welcome.n_hosts = p->welcome.n_pids = 4;
+    p->welcome.data_keys = keys;
+    p->welcome.n_endpoints = p->welcome.n_hosts = p->welcome.n_pids = p->welcome.n_data_keys = 4;
     p->welcome.heartbeat_ms = DDP_DEFAULT_HEARTBEAT_MS;
     p->welcome.liveness = DDP_DEFAULT_LIVENESS;
     p->env.welcome = &p->welcome;

@@ -300,6 +300,18 @@ DDP_EXPORT int ddp_get_stats(const ddp_group *g, ddp_stats *ret_stats) {
     return 0;
 }
 
+DDP_EXPORT int ddp_get_refusals(const ddp_group *g, ddp_refusals *ret_refusals) {
+    if (!g || !ret_refusals)
+        return -EINVAL;
+    coll_drain((ddp_group *)g);
+    const comm *c = &g->comm;
+    *ret_refusals = (ddp_refusals){.frames = c->stats.frames_dropped};
+    if (c->transport && c->transport->refused)
+        ret_refusals->connections =
+            c->transport->refused(c, ret_refusals->last_connection, sizeof(ret_refusals->last_connection));
+    return 0;
+}
+
 DDP_EXPORT int ddp_get_arrival_wait(const ddp_group *g, double *ret_seconds) {
     if (!g || !ret_seconds)
         return -EINVAL;

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/curve_keys.h"
 #include "common/dtype.h"
 #include "common/reduce.h"
 #include "worker/libddp/job_end.h"
@@ -82,6 +83,7 @@ typedef struct {
     int rank, world;
     uint64_t generation;
     char **endpoints;     /* every rank's data endpoint, in rank order */
+    char **keys;          /* every rank's data socket's CURVE public key ("" unless it is tcp://) */
     const uint32_t *pids; /* every rank's pid */
     const bool *here;     /* every rank: whether it runs on this host (this rank does) */
     bool one_host;        /* every rank runs on this host */
@@ -93,6 +95,7 @@ typedef struct {
     unsigned long long bytes_sent, bytes_received, messages_sent, messages_received;
     unsigned long long *sent_to, *received_from; /* (world + 1) per peer; [world]: ddpd (ps mode) */
     unsigned long long arrival_wait_us;          /* over shared memory: waiting for the others to call a collective */
+    unsigned long long frames_dropped;           /* malformed, stale, or not from the rank they name */
 } comm_stats;
 
 typedef struct comm comm;
@@ -101,8 +104,9 @@ struct coll_args;
 typedef struct comm_transport {
     const char *name;
     /* Before the job forms: listens where peers will find this rank (endpoint as given,
-     * possibly with a wildcard); ret_endpoint is what to advertise. */
-    int (*listen)(comm *c, const char *endpoint, char *ret_endpoint, size_t size);
+     * possibly with a wildcard); ret_endpoint is what to advertise, and ret_key the public
+     * key the peers need to reach it ("" when they need none). */
+    int (*listen)(comm *c, const char *endpoint, char *ret_endpoint, size_t size, char ret_key[CURVE_KEY_Z85]);
     /* Once c->peers is set: what must happen before the first frame. Every rank calls it
      * at once: it may exchange frames. */
     int (*start)(comm *c);
@@ -128,6 +132,9 @@ typedef struct comm_transport {
     bool (*buffers_exposed)(const comm *c);
     /* Bytes per frame of a large transfer: the same on every rank. */
     uint64_t (*chunk_bytes)(const comm *c);
+    /* Connections to this rank refused so far (not ranks of the job), the last in words;
+     * NULL where nobody else can connect. */
+    unsigned long long (*refused)(const comm *c, char *last, size_t size);
 } comm_transport;
 
 /* Whole collectives, point-to-point included, that a transport of its own runs (shared
@@ -173,9 +180,10 @@ int comm_zmq_open(comm *c);
 int comm_mailbox_open(comm *c);
 
 /* Before the job forms: listens where the peers will find this rank (endpoint as given,
- * possibly with a wildcard); ret_endpoint is what to advertise at join. */
-static inline int comm_listen(comm *c, const char *endpoint, char *ret_endpoint, size_t size) {
-    return c->transport->listen(c, endpoint, ret_endpoint, size);
+ * possibly with a wildcard); ret_endpoint and ret_key are what to advertise at join. */
+static inline int comm_listen(comm *c, const char *endpoint, char *ret_endpoint, size_t size,
+                              char ret_key[CURVE_KEY_Z85]) {
+    return c->transport->listen(c, endpoint, ret_endpoint, size, ret_key);
 }
 /* Once the Welcome named the peers: allocates what is per peer and starts the transport.
  * The peers view is the caller's and must outlive the data plane. */

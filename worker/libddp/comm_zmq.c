@@ -13,13 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/curve_keys.h"
 #include "common/error.h"
 #include "common/limits.h"
 #include "common/wire.h"
 #include "worker/libddp/comm.h"
+#include "worker/libddp/data_guard.h"
 
 #define ZMQ_CHUNK_BYTES (1u << 20)        /* frames of a large transfer */
 #define ZMQ_SOCKET_BUFFER (4 << 20)       /* kernel buffers: fewer wake-ups per megabyte (capped by wmem_max) */
@@ -37,15 +40,16 @@ typedef struct zmq_frame {
 typedef struct {
     void *ctx;         /* the data plane's own ZeroMQ context */
     void *pull;        /* bound by listen */
+    data_guard *guard; /* who may connect to pull */
+    curve_keypair own; /* pull's CURVE keys, when it listens on tcp:// ("" otherwise); push's */
     void **push;       /* per peer, connected on first use */
     zmq_frame **queue; /* per source: frames nobody has asked for yet, in arrival order */
     size_t queued_bytes;
     _Atomic long inflight; /* zero-copy sends ZeroMQ still holds */
     pthread_mutex_t inflight_lock;
     pthread_cond_t inflight_done;
-    uint64_t dropped; /* malformed or stale frames */
-    char dropped_why[160];
-    bool exposed; /* a failed call left buffers a peer or ZeroMQ may still read */
+    char dropped_why[160]; /* the last frame dropped (c->stats.frames_dropped counts them) */
+    bool exposed;          /* a failed call left buffers a peer or ZeroMQ may still read */
 } zmq_plane;
 
 static zmq_plane *plane(const comm *c) {
@@ -72,17 +76,46 @@ static uint64_t zmq_chunk_bytes(const comm *c) {
     return ZMQ_CHUNK_BYTES;
 }
 
-static int zmq_listen(comm *c, const char *endpoint, char *ret_endpoint, size_t size) {
+/* "ipc://@*": an abstract Unix socket of a name nobody can guess (no file to clean up, and
+ * reachable from units with a private /tmp). */
+static int zmq_abstract_name(comm *c, char *dst, size_t size) {
+    uint8_t raw[12];
+    if (getentropy(raw, sizeof(raw)) < 0)
+        return comm_fail(c, -errno, "cannot name the data socket: %s", strerror(errno));
+    int n = snprintf(dst, size, "ipc://@ddp-data-%d-", (int)getpid());
+    for (size_t i = 0; i < sizeof(raw) && n + 2 < (int)size; i++)
+        n += snprintf(dst + n, size - (size_t)n, "%02x", raw[i]);
+    return 0;
+}
+
+static int zmq_listen(comm *c, const char *endpoint, char *ret_endpoint, size_t size, char ret_key[CURVE_KEY_Z85]) {
     zmq_plane *p = plane(c);
+    char named[64];
+    if (strcmp(endpoint, "ipc://@*") == 0) {
+        TRY(zmq_abstract_name(c, named, sizeof(named)));
+        endpoint = named;
+    }
     if (!(p->pull = zmq_socket(p->ctx, ZMQ_PULL)))
         return comm_fail(c, -errno, "cannot create the data socket: %s", zmq_strerror(errno));
     TRY(zmq_socket_setup(p->pull));
+    int r = data_guard_start(p->ctx, p->pull, &p->guard);
+    if (r < 0)
+        return comm_fail(c, r, "cannot guard the data socket: %s", zmq_strerror(-r));
+    /* Over TCP the peers may be anywhere: CURVE, with a key pair of this process's own. */
+    if (strncmp(endpoint, "tcp://", 6) == 0) {
+        int on = 1;
+        if (zmq_curve_keypair(p->own.public_key, p->own.secret_key) < 0 ||
+            zmq_setsockopt(p->pull, ZMQ_CURVE_SERVER, &on, sizeof(on)) < 0 ||
+            zmq_setsockopt(p->pull, ZMQ_CURVE_SECRETKEY, p->own.secret_key, CURVE_KEY_Z85) < 0)
+            return comm_fail(c, -errno, "cannot set CURVE up on the data socket: %s", zmq_strerror(errno));
+    }
     if (zmq_bind(p->pull, endpoint) < 0) {
-        int r = -errno;
+        r = -errno;
         return comm_fail(c, r, "Failed to bind the data endpoint '%s': %s", endpoint, zmq_strerror(-r));
     }
     if (zmq_getsockopt(p->pull, ZMQ_LAST_ENDPOINT, ret_endpoint, &size) < 0)
         return comm_fail(c, -errno, "cannot read back the data endpoint: %s", zmq_strerror(errno));
+    memcpy(ret_key, p->own.public_key, CURVE_KEY_Z85);
     return 0;
 }
 
@@ -118,6 +151,28 @@ static void zmq_released(void *data, void *hint) {
     }
 }
 
+/* A socket to rank dst speaks what dst's data socket expects: CURVE with dst's key over
+ * TCP, plain over ipc:// (where dst's guard asks the kernel who connects). */
+static int zmq_peer_security(comm *c, int dst, void *s) {
+    zmq_plane *p = plane(c);
+    const char *endpoint = c->peers.endpoints[dst];
+    if (!c->peers.here[dst] && strncmp(endpoint, "ipc://", 6) == 0)
+        return comm_fail(c, -EPROTO,
+                         "rank %d, on another host, listens on %s, a Unix socket that only its own host reaches: "
+                         "give the ranks DDP_DATA_ENDPOINT=tcp://ADDRESS:* where a job spans hosts",
+                         dst, endpoint);
+    if (strncmp(endpoint, "tcp://", 6) != 0)
+        return 0;
+    if (!c->peers.keys[dst][0] || !p->own.public_key[0])
+        return comm_fail(c, -EPROTO, "rank %d listens on %s: TCP between ranks needs CURVE keys on both sides %s", dst,
+                         endpoint,
+                         p->own.public_key[0] ? "(it advertised none)"
+                                              : "(this rank listens on ipc://: give DDP_DATA_ENDPOINT=tcp://... to "
+                                                "the ranks of every host)");
+    int r = curve_client_setup(s, c->peers.keys[dst], &p->own);
+    return r < 0 ? comm_fail(c, r, "cannot set CURVE up to rank %d: %s", dst, zmq_strerror(-r)) : 0;
+}
+
 static int zmq_peer_socket(comm *c, int dst, void **ret) {
     zmq_plane *p = plane(c);
     if (!p->push[dst]) {
@@ -125,8 +180,12 @@ static int zmq_peer_socket(comm *c, int dst, void **ret) {
         void *s = zmq_socket(p->ctx, ZMQ_PUSH);
         if (!s)
             return comm_fail(c, -errno, "cannot create a socket to rank %d: %s", dst, zmq_strerror(errno));
-        int ipv6 = strchr(endpoint, '[') != NULL;
-        int r = zmq_socket_setup(s);
+        int ipv6 = strchr(endpoint, '[') != NULL, r = zmq_peer_security(c, dst, s);
+        if (r < 0) {
+            zmq_close(s);
+            return r;
+        }
+        r = zmq_socket_setup(s);
         if (r == 0 && (zmq_setsockopt(s, ZMQ_IPV6, &ipv6, sizeof(ipv6)) < 0 || zmq_connect(s, endpoint) < 0))
             r = -errno;
         if (r < 0) {
@@ -169,6 +228,17 @@ static int zmq_send_frame(comm *c, int dst, const comm_call *call, int32_t tag, 
     return 0;
 }
 
+/* Why a frame that says it comes from rank src cannot (NULL when it can): the connection
+ * it came on belongs to the rank the guard admitted. */
+static const char *zmq_frame_impostor(zmq_msg_t *m, int src) {
+    const char *user = zmq_msg_gets(m, "User-Id");
+    char *end;
+    long rank = user ? strtol(user, &end, 10) : -1;
+    if (!user || !*user || *end)
+        return "a connection nobody admitted";
+    return rank == src ? NULL : "a header naming another rank than its connection's";
+}
+
 /* Reads one message from the data socket into the matching queue, or drops it. */
 static void zmq_read_one(comm *c) {
     zmq_plane *p = plane(c);
@@ -204,7 +274,11 @@ static void zmq_read_one(comm *c) {
         why = why ? why : "more than two frames";
     }
     const comm_header *h = &z->f.h;
-    if (!why && !(why = comm_header_invalid(c, h))) {
+    if (!why)
+        why = comm_header_invalid(c, h);
+    if (!why)
+        why = zmq_frame_impostor(&z->payload, h->src);
+    if (!why) {
         if (zmq_msg_size(&z->payload) != h->n * dtype_size(h->dtype))
             why = "a payload whose size does not match its header";
         else if (p->queued_bytes + zmq_msg_size(&z->payload) > ZMQ_MAX_QUEUED_BYTES)
@@ -213,7 +287,7 @@ static void zmq_read_one(comm *c) {
             why = "no memory to align its payload";
     }
     if (why) {
-        p->dropped++;
+        c->stats.frames_dropped++;
         snprintf(p->dropped_why, sizeof(p->dropped_why), "%s", why);
         zmq_frame_free(&z->f);
         return;
@@ -291,10 +365,16 @@ static int zmq_recv_frame(comm *c, int src, const comm_call *call, int32_t tag, 
         if (r != -ETIMEDOUT)
             TRY(r);
         else {
-            char extra[256] = "";
-            if (p->dropped)
-                snprintf(extra, sizeof(extra), " (%llu malformed messages dropped, the last with %s)",
-                         (unsigned long long)p->dropped, p->dropped_why);
+            char extra[512] = "";
+            char refused_why[192];
+            unsigned long long refused = data_guard_refused(p->guard, refused_why, sizeof(refused_why));
+            int n = 0;
+            if (c->stats.frames_dropped)
+                n = snprintf(extra, sizeof(extra), " (%llu malformed messages dropped, the last with %s)",
+                             c->stats.frames_dropped, p->dropped_why);
+            if (refused && n >= 0 && (size_t)n < sizeof(extra))
+                snprintf(extra + n, sizeof(extra) - (size_t)n, " (%llu connections refused, the last %s)", refused,
+                         refused_why);
             return comm_timed_out(c, src, call, tag, extra);
         }
     }
@@ -349,6 +429,10 @@ static int zmq_flush(comm *c, uint64_t deadline_ms) {
     return 0;
 }
 
+static unsigned long long zmq_refused(const comm *c, char *last, size_t size) {
+    return plane(c)->guard ? data_guard_refused(plane(c)->guard, last, size) : 0;
+}
+
 static bool zmq_buffers_exposed(const comm *c) {
     return plane(c)->exposed;
 }
@@ -373,6 +457,7 @@ static int zmq_start(comm *c) {
     p->queue = calloc((size_t)c->peers.world, sizeof(zmq_frame *));
     if (!p->push || !p->queue)
         return comm_fail(c, -ENOMEM, "out of memory");
+    data_guard_admit(p->guard, &c->peers);
     return 0;
 }
 
@@ -401,6 +486,7 @@ static void zmq_close_plane(comm *c, bool job_failed) {
     }
     if (p->pull)
         zmq_close(p->pull);
+    data_guard_stop(p->guard); /* after the socket: no handshake may find the handler gone */
     /* Once the context is gone, so are ZeroMQ's threads, and with them the last call of
      * zmq_released: only then may its locks go. */
     zmq_ctx_term(p->ctx);
@@ -424,6 +510,7 @@ static const comm_transport zmq_transport = {
     .finish = zmq_finish,
     .buffers_exposed = zmq_buffers_exposed,
     .chunk_bytes = zmq_chunk_bytes,
+    .refused = zmq_refused,
 };
 
 int comm_zmq_open(comm *c) {

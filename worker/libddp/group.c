@@ -113,8 +113,8 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
         snprintf(init_error, sizeof(init_error), "mode '%s' is not a name", s->mode);
         return -EINVAL;
     }
-    TRY(settings_string(s->data_endpoint, sizeof(s->data_endpoint), o->data_endpoint, "DDP_DATA_ENDPOINT",
-                        "tcp://127.0.0.1:*", "data endpoint"));
+    TRY(settings_string(s->data_endpoint, sizeof(s->data_endpoint), o->data_endpoint, "DDP_DATA_ENDPOINT", "ipc://@*",
+                        "data endpoint"));
     if (wire_endpoint_check(s->data_endpoint, true, why, sizeof(why)) < 0) {
         snprintf(init_error, sizeof(init_error), "data endpoint %s", why);
         return -EINVAL;
@@ -192,10 +192,12 @@ static void group_free(ddp_group *g) {
     comm_close(&g->comm, g->failed != 0);
     pthread_mutex_destroy(&g->queue_lock);
     pthread_cond_destroy(&g->queue_changed);
-    if (g->endpoints)
-        for (int i = 0; i < g->world_size; i++)
-            free(g->endpoints[i]);
+    for (int i = 0; i < g->world_size; i++) {
+        free(g->endpoints ? g->endpoints[i] : NULL);
+        free(g->data_keys ? g->data_keys[i] : NULL);
+    }
     free(g->endpoints);
+    free(g->data_keys);
     free(g->pids);
     free(g->here);
     for (size_t i = 0; g->ps_early && i < g->n_ps_buckets; i++)
@@ -243,6 +245,7 @@ static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_pee
     body.pid = (uint32_t)getpid();
     body.host = host;
     body.data_endpoint = g->data_endpoint;
+    body.data_key = g->data_key;
     body.ps_buckets = g->ps_buckets;
     body.n_ps_buckets = g->n_ps_buckets;
     Ddp__Envelope env;
@@ -269,11 +272,12 @@ static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_pee
     g->generation = w->generation;
     snprintf(g->ps_socket, sizeof(g->ps_socket), "%s", w->ps_socket);
     g->endpoints = calloc(w->world_size, sizeof(char *));
+    g->data_keys = calloc(w->world_size, sizeof(char *));
     g->pids = calloc(w->world_size, sizeof(uint32_t));
     g->here = calloc(w->world_size, sizeof(bool));
-    bool one_host = true, hosts_shared = false;
-    for (size_t i = 0; g->endpoints && g->pids && g->here && i < w->n_endpoints; i++) {
-        if (!(g->endpoints[i] = strdup(w->endpoints[i])))
+    bool one_host = true, hosts_shared = false, have_all = g->endpoints && g->data_keys && g->pids && g->here;
+    for (size_t i = 0; have_all && i < w->n_endpoints; i++) {
+        if (!(g->endpoints[i] = strdup(w->endpoints[i])) || !(g->data_keys[i] = strdup(w->data_keys[i])))
             r = -ENOMEM;
         g->pids[i] = w->pids[i];
         g->here[i] = strcmp(w->hosts[i], w->hosts[w->rank]) == 0;
@@ -285,12 +289,13 @@ static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_pee
                               .world = g->world_size,
                               .generation = g->generation,
                               .endpoints = g->endpoints,
+                              .keys = g->data_keys,
                               .pids = g->pids,
                               .here = g->here,
                               .one_host = one_host,
                               .hosts_shared = hosts_shared};
     agent_event_free(ev);
-    if (!g->endpoints || !g->pids || !g->here || r < 0) {
+    if (!have_all || r < 0) {
         snprintf(init_error, sizeof(init_error), "out of memory");
         return -ENOMEM;
     }
@@ -364,7 +369,7 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
                      .error = g->last_error,
                      .error_size = sizeof(g->last_error)};
     if ((r = comm_zmq_open(&g->comm)) < 0 ||
-        (r = comm_listen(&g->comm, s.data_endpoint, g->data_endpoint, sizeof(g->data_endpoint))) < 0) {
+        (r = comm_listen(&g->comm, s.data_endpoint, g->data_endpoint, sizeof(g->data_endpoint), g->data_key)) < 0) {
         snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         goto fail;
     }

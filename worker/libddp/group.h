@@ -22,10 +22,12 @@ struct ddp_group {
     uint64_t next_seq; /* of control requests */
     uint64_t barrier_round;
     char **endpoints;                         /* every rank's data endpoint, in rank order */
+    char **data_keys;                         /* every rank's data socket's CURVE public key, or "" */
     uint32_t *pids;                           /* every rank's pid */
     bool *here;                               /* every rank: whether it runs on this host */
     void *zmq_ctx;                            /* the control thread's */
     char data_endpoint[DDP_MAX_ENDPOINT + 1]; /* where the data plane listens, as advertised at join */
+    char data_key[CURVE_KEY_Z85];             /* its CURVE public key, advertised with it ("" unless tcp://) */
     agent agent;
     comm comm;          /* the data plane, over a view of the peers above */
     uint64_t coll_seq;  /* collectives issued so far, every rank in the same order */

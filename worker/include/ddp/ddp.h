@@ -176,6 +176,16 @@ int ddp_get_peer_stats(const ddp_group *g, int peer, unsigned long long *ret_sen
  * from the all-reduce. */
 int ddp_get_arrival_wait(const ddp_group *g, double *ret_seconds);
 
+/* What this rank's data plane has turned away so far, none of it ever reaching a result:
+ * connections from processes that are not ranks of its job (over ipc://, by the kernel's
+ * pid and user; over tcp://, by CURVE key), with the last in words, and frames it dropped
+ * (malformed, stale, or naming another sender than their connection's rank). */
+typedef struct ddp_refusals {
+    unsigned long long connections, frames;
+    char last_connection[192];
+} ddp_refusals;
+int ddp_get_refusals(const ddp_group *g, ddp_refusals *ret_refusals);
+
 /* A description of err: static text that no later call changes ("unknown error" for a code
  * nobody knows). */
 const char *ddp_strerror(int err);

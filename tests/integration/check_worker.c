@@ -34,8 +34,8 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "umount %s/small 2>/dev/null; rm -rf %s", dir, dir);
     ck_assert_int_eq(system(cmd), 0);
 }
 
@@ -427,6 +427,56 @@ START_TEST(test_device_nodes) {
 }
 END_TEST
 
+/* --checkpoint-keep 2 over three epochs of 8 steps: the checkpoint, and links to the last
+ * two (steps 16 and 24); the first one's link is gone. */
+START_TEST(test_checkpoint_keep) {
+    char ckpt[128], link[160];
+    path_in_dir(ckpt, sizeof(ckpt), "ckpt");
+    const char *args[] = {"--checkpoint", ckpt, "--epochs", "3", "--checkpoint-keep", "2", NULL};
+    proc p;
+    ck_assert_msg(train(&p, 1, args) == 0, "%s", proc_output(&p));
+    proc_close(&p);
+    ck_assert_uint_eq(read_info(ckpt).step, 24);
+    static const int kept[] = {16, 24};
+    for (int i = 0; i < 2; i++) {
+        snprintf(link, sizeof(link), "%s.%d", ckpt, kept[i]);
+        ck_assert_uint_eq(read_info(link).step, (unsigned)kept[i]);
+    }
+    snprintf(link, sizeof(link), "%s.8", ckpt);
+    ck_assert_msg(access(link, F_OK) < 0, "%s should be gone", link);
+}
+END_TEST
+
+/* As root: a checkpoint on a filesystem with room for one. The first save is written; the
+ * next two fail, each reported with the path and the error while training goes on to the
+ * end; the run then fails, saying so, and the first checkpoint is intact. */
+START_TEST(test_checkpoint_disk_full) {
+    char small[128], ckpt[160], cmd[256];
+    path_in_dir(small, sizeof(small), "small");
+    ck_assert_int_eq(mkdir(small, 0755), 0);
+    snprintf(cmd, sizeof(cmd), "mount -t tmpfs -o size=16k tmpfs %s", small); /* 4 pages; a checkpoint takes 3 */
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt", small);
+    const char *args[] = {"--checkpoint", ckpt, "--epochs", "3", NULL};
+    proc p;
+    ck_assert_msg(train(&p, 1, args) == 1, "%s", proc_output(&p));
+    for (int step = 16; step <= 24; step += 8) {
+        char needle[256];
+        snprintf(needle, sizeof(needle), "checkpoint of step %d not written: --checkpoint %s: ", step, ckpt);
+        assert_output(&p, needle);
+    }
+    assert_output(&p, "No space left on device (the one of step 8 stays); training goes on");
+    assert_output(&p, "epoch 3: ");
+    assert_output(&p, "trained to step 24, but the last checkpoint was not written: ");
+    proc_close(&p);
+    ck_assert_uint_eq(read_info(ckpt).step, 8);
+    snprintf(cmd, sizeof(cmd), "test $(ls -A %s | wc -l) = 1", small); /* no temporary file left */
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd), "umount %s", small);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static TCase *add_case(Suite *s, TCase *tc) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, CASE_TIMEOUT_S);
@@ -436,7 +486,7 @@ static TCase *add_case(Suite *s, TCase *tc) {
 
 int main(int argc, char **argv) {
     if (check_selected(argc, argv, "as-root") && geteuid() != 0)
-        return check_skip("as-root", "device nodes need root (mknod)");
+        return check_skip("as-root", "device nodes and a small filesystem need root (mknod, mount)");
     Suite *s = suite_create("worker");
     TCase *files = add_case(s, tcase_create("files"));
     tcase_add_test(files, test_not_regular_files);
@@ -452,6 +502,9 @@ int main(int argc, char **argv) {
     TCase *resume = add_case(s, tcase_create("resume"));
     tcase_add_test(resume, test_metrics_across_resume);
     tcase_add_test(resume, test_resume_edges);
-    tcase_add_test(add_case(s, tcase_create("as-root")), test_device_nodes);
+    tcase_add_test(resume, test_checkpoint_keep);
+    TCase *root = add_case(s, tcase_create("as-root"));
+    tcase_add_test(root, test_device_nodes);
+    tcase_add_test(root, test_checkpoint_disk_full);
     return check_main(s, argc, argv);
 }

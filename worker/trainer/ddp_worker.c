@@ -51,6 +51,8 @@ static const config_option worker_table[] = {
      "T", transports},
     {"checkpoint", CONFIG_STRING, 1, 4096, NULL, offsetof(worker_options, checkpoint),
      "rank 0 writes a checkpoint here after every epoch and at the end", "PATH"},
+    {"checkpoint-keep", CONFIG_INT, 1, 1000, "1", offsetof(worker_options, checkpoint_keep),
+     "keep the last N checkpoints: PATH, and PATH.STEP for each of them (hard links)", "N"},
     {"resume", CONFIG_BOOL, 0, 1, NULL, offsetof(worker_options, resume), "continue from --checkpoint"},
     {"overwrite", CONFIG_BOOL, 0, 1, NULL, offsetof(worker_options, overwrite),
      "start over although --checkpoint exists (it is replaced at the first save)"},

@@ -1,13 +1,16 @@
 /* The training's state on disk: parameters, velocity and the place in training, written by
  * rank 0 (checkpoint.c is the format) and read back by --resume. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "common/atomic_file.h"
+#include "common/error.h"
 
 #include "worker/trainer/checkpoint.h"
+#include "worker/trainer/checkpoint_keep.h"
 #include "worker/trainer/trainer.h"
 
 int resume_check(trainer *t) {
@@ -57,7 +60,29 @@ int resume_save(trainer *t) {
     int r = checkpoint_write(t->opts->checkpoint, &info, params, velocity, err, sizeof(err));
     free(params);
     free(velocity);
-    return r < 0 ? trainer_fail(t, r, "%s", err) : 0;
+    if (r < 0) { /* the file as it was stays; training goes on, and the next save tries again */
+        t->save_error = r;
+        if (t->saved_step == UINT64_MAX)
+            snprintf(t->save_failure, sizeof(t->save_failure), "%s (no checkpoint was written before)", err);
+        else
+            snprintf(t->save_failure, sizeof(t->save_failure), "%s (the one of step %llu stays)", err,
+                     (unsigned long long)t->saved_step);
+        fprintf(stderr, "ddp-worker: rank 0: checkpoint of step %llu not written: %s; training goes on\n",
+                (unsigned long long)t->step, t->save_failure);
+        return 0;
+    }
+    t->save_error = 0;
+    t->saved_step = t->step;
+    if (checkpoint_keep(t->opts->checkpoint, t->step, t->opts->checkpoint_keep, err, sizeof(err)) < 0)
+        fprintf(stderr, "ddp-worker: rank 0: %s (the checkpoint itself was written)\n", err);
+    return 0;
+}
+
+int resume_saved(trainer *t) {
+    if (t->save_error)
+        return trainer_fail(t, t->save_error, "trained to step %llu, but the last checkpoint was not written: %s",
+                            (unsigned long long)t->step, t->save_failure);
+    return 0;
 }
 
 int resume_load(trainer *t) {
@@ -122,6 +147,7 @@ int resume_load(trainer *t) {
     t->step = state[1];
     t->epoch = state[2];
     t->step_in_epoch = state[3];
+    t->saved_step = t->step;
     if (t->rank == 0 && t->step_in_epoch == 0)
         printf("ddp-worker: resumed from %s at step %llu, after epoch %llu\n", t->opts->checkpoint,
                (unsigned long long)t->step, (unsigned long long)t->epoch);

@@ -172,6 +172,7 @@ static int trainer_open_sync(trainer *t) {
 
 int trainer_open(trainer *t, const worker_options *o) {
     memset(t, 0, sizeof(*t));
+    t->saved_step = UINT64_MAX;
     t->opts = o;
     if (!(t->mode = sync_mode_find(o->mode)))
         return trainer_refuse(t, -EINVAL, "--mode '%s' is not a sync mode", o->mode);
@@ -271,7 +272,7 @@ int trainer_run(trainer *t) {
                     t->epoch++;
                     t->step_in_epoch = 0;
                 }
-                if ((r = resume_save(t)) < 0)
+                if ((r = resume_save(t)) < 0 || (r = resume_saved(t)) < 0)
                     return r;
                 if (t->rank == 0)
                     printf("ddp-worker: stopped by a signal at step %llu%s\n", (unsigned long long)t->step,
@@ -318,6 +319,8 @@ int trainer_run(trainer *t) {
         if ((r = resume_save(t)) < 0)
             return r;
     }
+    if ((r = resume_saved(t)) < 0)
+        return r;
     if (isnan(last_accuracy)) { /* resumed where the run had ended: say so, and how good it is */
         if (t->rank == 0)
             printf("ddp-worker: nothing left to train: the run is at step %llu, %llu epoch%s done\n",

@@ -42,6 +42,7 @@ typedef struct {
     double bucket_mb;
     char *transport;
     char *checkpoint;
+    int checkpoint_keep;
     bool resume;
     bool overwrite;
     char *metrics;
@@ -77,6 +78,9 @@ typedef struct trainer {
     char metrics_path[4096]; /* this rank's --metrics, %r expanded */
     int metrics_error;       /* the errno that ended the metrics, or 0 */
     int stopped_by;          /* the signal the ranks agreed to stop on (a checkpoint was written), or 0 */
+    uint64_t saved_step;     /* rank 0: the step of the last checkpoint written (UINT64_MAX: none yet) */
+    int save_error;          /* rank 0: the last save failed with this (training went on), or 0 */
+    char save_failure[600];  /* ... and why */
     bool usage_error;        /* the error is the flags' or the environment's: ddp-worker exits 2 */
     char error[768];         /* what went wrong, for the caller to print */
 } trainer;
@@ -119,5 +123,9 @@ void metrics_close(trainer *t);
  * rank 0: the path can be written, and a checkpoint there is not overwritten by a fresh
  * run unless --overwrite says so. */
 int resume_check(trainer *t);
+/* A save that fails is reported (path, error) and training goes on: the previous
+ * checkpoint stays, and the next save tries again. resume_saved, at the end of a run:
+ * 0 unless the last save failed, then the run's error. */
 int resume_save(trainer *t);
+int resume_saved(trainer *t);
 int resume_load(trainer *t);

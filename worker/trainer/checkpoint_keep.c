@@ -1,0 +1,81 @@
+#include "worker/trainer/checkpoint_keep.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KEEP_SCAN_MAX 4096 /* links looked at in one save: more than anyone keeps */
+
+static int by_step_descending(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The step of name if it is base.STEP, else -1. */
+static int64_t step_of(const char *name, const char *base) {
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) != 0 || name[n] != '.' || !name[n + 1])
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long step = strtoull(name + n + 1, &end, 10);
+    return *end || errno || name[n + 1] < '0' || name[n + 1] > '9' ? -1 : (int64_t)step;
+}
+
+int checkpoint_keep(const char *path, uint64_t step, int keep, char *err, size_t err_size) {
+    if (keep <= 1)
+        return 0;
+    char link_path[PATH_MAX], dir[PATH_MAX];
+    if (snprintf(link_path, sizeof(link_path), "%s.%llu", path, (unsigned long long)step) >= (int)sizeof(link_path)) {
+        snprintf(err, err_size, "--checkpoint-keep: %s.%llu: the name is too long", path, (unsigned long long)step);
+        return -ENAMETOOLONG;
+    }
+    unlink(link_path); /* a save at the same step again (a resumed run): the newer one */
+    if (linkat(AT_FDCWD, path, AT_FDCWD, link_path, AT_SYMLINK_FOLLOW) < 0) {
+        int r = -errno;
+        snprintf(err, err_size, "--checkpoint-keep: cannot link %s as %s: %s", path, link_path, strerror(-r));
+        return r;
+    }
+    /* the others, newest first: all but keep go */
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof(dir), ".");
+    DIR *d = opendir(dir);
+    if (!d) {
+        int r = -errno;
+        snprintf(err, err_size, "--checkpoint-keep: cannot list %s: %s", dir, strerror(-r));
+        return r;
+    }
+    uint64_t *steps = malloc(KEEP_SCAN_MAX * sizeof(uint64_t));
+    size_t n = 0;
+    for (struct dirent *e; steps && n < KEEP_SCAN_MAX && (e = readdir(d));) {
+        int64_t s = step_of(e->d_name, base);
+        if (s >= 0)
+            steps[n++] = (uint64_t)s;
+    }
+    closedir(d);
+    if (!steps) {
+        snprintf(err, err_size, "--checkpoint-keep: out of memory");
+        return -ENOMEM;
+    }
+    qsort(steps, n, sizeof(uint64_t), by_step_descending);
+    int r = 0;
+    for (size_t i = (size_t)keep; i < n; i++) {
+        snprintf(link_path, sizeof(link_path), "%s.%llu", path, (unsigned long long)steps[i]);
+        if (unlink(link_path) < 0 && errno != ENOENT && r == 0) {
+            r = -errno;
+            snprintf(err, err_size, "--checkpoint-keep: cannot remove %s: %s", link_path, strerror(-r));
+        }
+    }
+    free(steps);
+    return r;
+}

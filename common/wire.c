@@ -428,7 +428,8 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
                 CHECK(m->rank >= -1 && m->rank < (int32_t)j->world_size, "status: member rank %d out of range",
                       m->rank);
                 CHECK(m->waiting_on >= -1 && m->waiting_on < (int32_t)j->world_size && m->samples_per_s >= 0 &&
-                          m->samples_per_s < 1e15 && wire_text_valid(m->waiting_in, 64, true),
+                          m->samples_per_s < 1e15 && wire_text_valid(m->waiting_in, 64, true) &&
+                          wire_text_valid(m->stalled, 32, true),
                       "status: invalid progress of a member");
                 CHECK(wire_text_valid(m->host, DDP_MAX_HOST, true) &&
                           wire_text_valid(m->endpoint, DDP_MAX_ENDPOINT, true),

@@ -88,10 +88,19 @@ static void print_table(const char *endpoint, const Ddp__StatusReply *st) {
             printf("  %-6s %-8u %-20s %-10llu %-9.0f %-11s %s\n", rank, m->pid, m->host, (unsigned long long)m->step,
                    m->samples_per_s, heard, m->endpoint[0] ? m->endpoint : "-");
         }
-        /* The stall report: who has been blocked for a while, in what, waiting for whom. */
+        /* The stall report: who stopped answering (its process still there), who has been
+         * blocked for a while, in what, waiting for whom. */
         bool header = false;
         for (size_t k = 0; k < j->n_members; k++) {
             const Ddp__MemberStatus *m = j->members[k];
+            if (m->stalled[0]) {
+                if (!header)
+                    printf("  stalled:\n");
+                header = true;
+                format_duration(m->last_heard_ms, heard, sizeof(heard));
+                printf("    rank %d (pid %u) has not answered for %s: its process is %s\n", m->rank, m->pid, heard,
+                       m->stalled);
+            }
             if (!m->waiting || m->waiting_ms < STALL_REPORT_MS)
                 continue;
             if (!header)
@@ -131,6 +140,8 @@ static int print_json(const char *endpoint, const Ddp__StatusReply *st) {
             cJSON_AddStringToObject(member, "endpoint", m->endpoint);
             cJSON_AddNumberToObject(member, "step", (double)m->step);
             cJSON_AddNumberToObject(member, "samples_per_s", m->samples_per_s);
+            if (m->stalled[0])
+                cJSON_AddStringToObject(member, "stalled", m->stalled);
             if (m->waiting) {
                 cJSON *w = cJSON_AddObjectToObject(member, "waiting");
                 cJSON_AddNumberToObject(w, "on_rank", m->waiting_on);

@@ -28,6 +28,10 @@ static const config_option ddpd_options[] = {
      offsetof(server_options, heartbeat_ms), "heartbeat interval, both ways", "MS"},
     {"liveness", CONFIG_INT, 1, DDP_MAX_LIVENESS, "3", offsetof(server_options, liveness),
      "missed heartbeats before a member is declared dead", "N"},
+    {"stall-timeout", CONFIG_INT, 1, 86400, "60", offsetof(server_options, stall_timeout),
+     "seconds a silent member whose process still exists on this host (stopped, hung) may stall before it ends "
+     "its job",
+     "S"},
     {"join-timeout", CONFIG_INT, 1, 86400, "300", offsetof(server_options, join_timeout),
      "seconds a job may take to form before its members are rejected", "S"},
     {"log-level", CONFIG_STRING, 1, 8, "info", offsetof(server_options, log_level), "error, warn, info or debug",

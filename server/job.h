@@ -29,6 +29,8 @@ typedef struct {
     char endpoint[DDP_MAX_ENDPOINT + 1];
     char data_key[CURVE_KEY_Z85]; /* its data socket's CURVE public key, for the peers ("": not tcp://) */
     uint64_t join_seq;            /* echoed in the Welcome */
+    uint32_t local_pid;           /* the kernel's pid of its connection when on this host (ipc://), else 0 */
+    char stalled[32]; /* silent past the liveness window, its process still here: its state ("T: stopped") */
     uint64_t last_heard_ms;
     bool left;
     bool at_barrier;

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/curve_keys.h"
 #include "common/error.h"
+#include "server/process_state.h"
 #include "server/prometheus.h"
 #include "server/zap.h"
 
@@ -368,6 +369,9 @@ static void server_on_join(server *s, const wire_msg *msg) {
         .last_heard_ms = clock_now_ms(),
     };
     memcpy(m.identity, msg->identity, msg->identity_size);
+    uint32_t peer_uid, peer_pid;
+    if (s->local && wire_peer_credentials(msg, &peer_uid, &peer_pid) == 0)
+        m.local_pid = peer_pid; /* the kernel's: a stall can be told from a death */
     snprintf(m.host, sizeof(m.host), "%s", jn->host);
     snprintf(m.endpoint, sizeof(m.endpoint), "%s", jn->data_endpoint);
     snprintf(m.data_key, sizeof(m.data_key), "%s", jn->data_key);
@@ -698,6 +702,7 @@ static int server_status_build(server *s, server_status *st, int64_t viewer, boo
             ms->waiting = j->members[m].waiting;
             ms->waiting_on = j->members[m].waiting ? j->members[m].waiting_on : -1;
             ms->waiting_ms = j->members[m].waiting ? now - j->members[m].waiting_since_ms : 0;
+            ms->stalled = j->members[m].stalled;
             ms->waiting_in = (char *)j->members[m].waiting_in;
             st->member_ptrs[k] = ms;
         }
@@ -844,8 +849,15 @@ static void server_handle(server *s, wire_msg *msg, int r) {
     job *j;
     job_member *m;
     bool member = server_is_member(s, msg->identity, msg->identity_size, &j, &m);
-    if (member)
-        m->last_heard_ms = clock_now_ms(); /* any message counts as a heartbeat */
+    if (member) {
+        uint64_t now = clock_now_ms();
+        if (m->stalled[0]) {
+            log_info("job '%s': rank %d (pid %u on %s) answers again after %.1f s (it was %s)", j->name, m->rank,
+                     m->pid, m->host, (double)(now - m->last_heard_ms) / 1000.0, m->stalled);
+            m->stalled[0] = '\0';
+        }
+        m->last_heard_ms = now; /* any message counts as a heartbeat */
+    }
 
     if (r < 0) {
         char peer[32];
@@ -945,7 +957,34 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
         job_member *m = &j->members[i];
         if (m->left || now - m->last_heard_ms <= window)
             continue;
-        char reason[DDP_MAX_REASON];
+        char reason[DDP_MAX_REASON], state[sizeof(m->stalled)];
+        uint64_t silent_ms = now - m->last_heard_ms;
+        /* Silent, but its process is still here: stopped, hung or starved, not dead. */
+        if (m->local_pid && process_state(m->local_pid, state, sizeof(state)) == 0) {
+            if (!m->stalled[0])
+                log_warn("job '%s': rank %d (pid %u on %s) stalled: silent for %llu ms, its process %s; it may stall "
+                         "%d s (--stall-timeout)",
+                         j->name, m->rank, m->pid, m->host, (unsigned long long)silent_ms, state,
+                         s->opts.stall_timeout);
+            snprintf(m->stalled, sizeof(m->stalled), "%s", state);
+            if (silent_ms <= (uint64_t)s->opts.stall_timeout * 1000u)
+                continue;
+            snprintf(reason, sizeof(reason),
+                     "rank %d (pid %u on %s) stopped responding %.1f s ago (state %s; ddpd --stall-timeout %d s)",
+                     m->rank, m->pid, m->host, (double)silent_ms / 1000.0, state, s->opts.stall_timeout);
+            if (j->state == JOB_FORMING) {
+                log_warn("job '%s': %s; dropped", j->name, reason);
+                job_remove_member(j, i);
+                if (j->n_members == 0) {
+                    server_remove_job(s, j);
+                    return true;
+                }
+                i--;
+                continue;
+            }
+            server_abort_job(s, j, (ssize_t)i, -ECONNABORTED, reason);
+            return true;
+        }
         if (j->state == JOB_FORMING) {
             log_warn("job '%s': pid %u on %s stopped answering while the job was forming (silent for %llu ms); dropped",
                      j->name, m->pid, m->host, (unsigned long long)(now - m->last_heard_ms));

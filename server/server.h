@@ -15,6 +15,7 @@ typedef struct {
     char *config;
     int heartbeat_ms;
     int liveness;
+    int stall_timeout; /* seconds a silent member whose process is still on this host may stay stalled */
     int join_timeout; /* seconds a job may take to form */
     char *log_level;
     char *metrics_file;

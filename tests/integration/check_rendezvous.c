@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -807,6 +808,66 @@ START_TEST(test_jobs_side_by_side) {
 }
 END_TEST
 
+/* A member that is stopped (SIGSTOP) is silent but still there: over ddpd's Unix socket,
+ * where the kernel names each member's process, ddpd holds it stalled instead of dead,
+ * ddpctl status says so, and when it continues the job goes on; stopped past
+ * --stall-timeout, it ends the job, named with its state. */
+START_TEST(test_stalled_member) {
+    char sock_dir[64], listen[128], line[512];
+    snprintf(sock_dir, sizeof(sock_dir), "/tmp/ddp-stall-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(sock_dir, 0700), 0);
+    snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", sock_dir);
+    /* death after 600 ms of silence; a stall may last 2 s */
+    const char *flags[] = {"--listen", listen, "--heartbeat-ms", "200", "--liveness", "3", "--stall-timeout",
+                           "2",        NULL};
+    ddpd_proc d;
+    ddpd_start(&d, flags);
+    const char *args[] = {"--barriers", "3", "--late-ms", "700", NULL};
+    proc m[2];
+    for (int r = 0; r < 2; r++)
+        member_start(&m[r], &d, 2, r, "stall", args);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&m[r], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+    /* stopped for 1.5 s, more than twice the death limit: stalled, shown, forgiven */
+    proc_signal(&m[1], SIGSTOP);
+    usleep(1000 * 1000);
+    proc ctl;
+    const char *status[] = {DDPCTL_PATH, "--coordinator", listen, "status", NULL};
+    proc_start(&ctl, status, NULL);
+    ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&ctl), "stalled:") && strstr(proc_output(&ctl), "its process is T: stopped"), "%s",
+                  proc_output(&ctl));
+    proc_close(&ctl);
+    usleep(500 * 1000);
+    proc_signal(&m[1], SIGCONT);
+    all_exit_ok(m, 2);
+    ck_assert_msg(proc_expect(&d.p, "its process T: stopped", WAIT_MS, line, sizeof(line)) &&
+                      strstr(line, "rank 1 (pid ") && strstr(line, "stalled: silent for"),
+                  "%s", proc_output(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+
+    /* stopped past the stall limit: the job ends, naming the member and its state */
+    for (int r = 0; r < 2; r++)
+        member_start(&m[r], &d, 2, r, "stall-2", args);
+    ck_assert_msg(proc_expect(&m[1], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output(&m[1]));
+    uint64_t t0 = clock_now_ms();
+    proc_signal(&m[1], SIGSTOP);
+    ck_assert_msg(proc_expect(&m[0], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&m[0]));
+    uint64_t noticed = clock_now_ms() - t0;
+    ck_assert_msg(strstr(line, "rank 1 (pid ") && strstr(line, "stopped responding") &&
+                      strstr(line, "(state T: stopped; ddpd --stall-timeout 2 s)"),
+                  "%s", line);
+    ck_assert_msg(noticed >= 2000 && noticed < 6000, "noticed after %llu ms", (unsigned long long)noticed);
+    ck_assert_int_eq(proc_wait(&m[0], WAIT_MS), 3);
+    proc_signal(&m[1], SIGKILL);
+    proc_signal(&m[1], SIGCONT);
+    for (int r = 0; r < 2; r++)
+        proc_close(&m[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    rmdir(sock_dir);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("rendezvous");
     TCase *tc = tcase_create("rendezvous");
@@ -828,6 +889,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_member_left);
     tcase_add_test(tc, test_arrival_wait);
     tcase_add_test(tc, test_death_while_forming);
+    tcase_add_test(tc, test_stalled_member);
     tcase_add_test(tc, test_jobs_side_by_side);
     tcase_add_test(tc, test_parameter_server);
     suite_add_tcase(s, tc);

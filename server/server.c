@@ -972,22 +972,12 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
             snprintf(reason, sizeof(reason),
                      "rank %d (pid %u on %s) stopped responding %.1f s ago (state %s; ddpd --stall-timeout %d s)",
                      m->rank, m->pid, m->host, (double)silent_ms / 1000.0, state, s->opts.stall_timeout);
-            if (j->state == JOB_FORMING) {
-                log_warn("job '%s': %s; dropped", j->name, reason);
-                job_remove_member(j, i);
-                if (j->n_members == 0) {
-                    server_remove_job(s, j);
-                    return true;
-                }
-                i--;
-                continue;
-            }
-            server_abort_job(s, j, (ssize_t)i, -ECONNABORTED, reason);
-            return true;
+        } else {
+            snprintf(reason, sizeof(reason), "rank %d (pid %u on %s) died: silent for %llu ms", m->rank, m->pid,
+                     m->host, (unsigned long long)silent_ms);
         }
-        if (j->state == JOB_FORMING) {
-            log_warn("job '%s': pid %u on %s stopped answering while the job was forming (silent for %llu ms); dropped",
-                     j->name, m->pid, m->host, (unsigned long long)(now - m->last_heard_ms));
+        if (j->state == JOB_FORMING) { /* no job to end yet: the member goes */
+            log_warn("job '%s': %s; it stopped answering while the job was forming: dropped", j->name, reason);
             job_remove_member(j, i);
             if (j->n_members == 0) {
                 server_remove_job(s, j);
@@ -996,8 +986,6 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
             i--;
             continue;
         }
-        snprintf(reason, sizeof(reason), "rank %d (pid %u on %s) died: silent for %llu ms", m->rank, m->pid, m->host,
-                 (unsigned long long)(now - m->last_heard_ms));
         server_abort_job(s, j, (ssize_t)i, -ECONNABORTED, reason);
         return true;
     }

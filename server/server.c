@@ -206,6 +206,7 @@ static void server_abort_job(server *s, job *j, ssize_t culprit, int code, const
         if ((ssize_t)i != culprit && !j->members[i].left)
             server_send(s, j->members[i].identity, j->members[i].identity_size, &env);
     log_warn("job '%s' (generation %llu) aborted: %s", j->name, (unsigned long long)j->generation, reason);
+    ended_jobs_add(&s->ended, j, code, reason, clock_now_ms());
     s->aborts++;
     server_remove_job(s, j);
 }
@@ -845,9 +846,41 @@ static const char *server_peer_name(const wire_msg *msg, char *buf, size_t size)
     return buf;
 }
 
+/* A member's message from a job that ended while it did not answer (stopped, starved, cut
+ * off): tells it how the job ended, as an Abort, rather than that it is nobody. */
+static bool server_answer_late_member(server *s, const wire_msg *msg) {
+    Ddp__MsgType type = msg->env->type;
+    if (type == DDP__MSG_TYPE__JOIN || type == DDP__MSG_TYPE__STATUS_REQUEST || type == DDP__MSG_TYPE__ABORT)
+        return false;
+    uint64_t now = clock_now_ms();
+    ended_member *m;
+    ended_job *ej = ended_jobs_find(&s->ended, msg->identity, msg->identity_size, now, &m);
+    if (!ej)
+        return false;
+    if (type == DDP__MSG_TYPE__LEAVE)
+        return true; /* nothing to leave, nothing to say */
+    char reason[DDP_MAX_REASON];
+    snprintf(reason, sizeof(reason), "it ended %.1f s ago, while this rank (%d) did not answer: %.300s",
+             (double)(now - ej->ended_ms) / 1000.0, m->rank, ej->reason);
+    if (!m->came_back)
+        log_info("job '%s' (generation %llu): rank %d answers again, %.1f s after the job ended; told so", ej->job,
+                 (unsigned long long)ej->generation, m->rank, (double)(now - ej->ended_ms) / 1000.0);
+    m->came_back = true;
+    Ddp__Abort body = DDP__ABORT__INIT;
+    body.code = ej->code;
+    body.rank = -1;
+    body.host = (char *)"";
+    body.reason = reason;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__ABORT, ej->job, -1, ej->generation, 0);
+    env.abort = &body;
+    server_send(s, msg->identity, msg->identity_size, &env);
+    return true;
+}
+
 static void server_handle(server *s, wire_msg *msg, int r) {
-    job *j;
-    job_member *m;
+    job *j = NULL;
+    job_member *m = NULL;
     bool member = server_is_member(s, msg->identity, msg->identity_size, &j, &m);
     if (member) {
         uint64_t now = clock_now_ms();
@@ -872,6 +905,8 @@ static void server_handle(server *s, wire_msg *msg, int r) {
             server_send_error(s, msg, r, "%s", msg->error);
         return;
     }
+    if (!member && server_answer_late_member(s, msg))
+        return;
 
     switch (msg->env->type) {
     case DDP__MSG_TYPE__JOIN:
@@ -1118,6 +1153,7 @@ void server_close(server *s) {
     while (s->n_jobs)
         server_remove_job(s, s->jobs[s->n_jobs - 1]);
     ps_reduce_shutdown();
+    ended_jobs_free(&s->ended);
     if (s->router)
         zmq_close(s->router);
     zap_stop(s->zap); /* before the context ends */

@@ -7,6 +7,7 @@
 
 #include "common/limits.h"
 #include "common/log.h"
+#include "server/ended_jobs.h"
 #include "server/endpoint.h"
 #include "server/job.h"
 
@@ -16,7 +17,7 @@ typedef struct {
     int heartbeat_ms;
     int liveness;
     int stall_timeout; /* seconds a silent member whose process is still on this host may stay stalled */
-    int join_timeout; /* seconds a job may take to form */
+    int join_timeout;  /* seconds a job may take to form */
     char *log_level;
     char *metrics_file;
     char *operator_group; /* its members (and root) may see and abort every job */
@@ -40,6 +41,7 @@ typedef struct {
     struct zap *zap;                     /* with CURVE: who each TCP client is */
     job *jobs[DDP_MAX_JOBS];
     size_t n_jobs;
+    ended_jobs ended; /* to tell a member that comes back late how its job ended */
     uint64_t last_generation;
     uint64_t started_ms;
     uint64_t next_heartbeat_ms;

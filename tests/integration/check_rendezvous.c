@@ -859,12 +859,49 @@ START_TEST(test_stalled_member) {
                   "%s", line);
     ck_assert_msg(noticed >= 2000 && noticed < 6000, "noticed after %llu ms", (unsigned long long)noticed);
     ck_assert_int_eq(proc_wait(&m[0], WAIT_MS), 3);
-    proc_signal(&m[1], SIGKILL);
+    /* when it continues, it is told how its job ended: not that it lost the coordinator */
     proc_signal(&m[1], SIGCONT);
+    ck_assert_msg(proc_expect(&m[1], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&m[1]));
+    ck_assert_msg(strstr(line, "job 'stall-2' aborted: it ended ") &&
+                      strstr(line, "while this rank (1) did not answer: rank 1 (pid ") &&
+                      strstr(line, "stopped responding"),
+                  "%s", line);
+    ck_assert_int_eq(proc_wait(&m[1], WAIT_MS), 3);
+    ck_assert_msg(proc_expect(&d.p, "rank 1 answers again", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
     for (int r = 0; r < 2; r++)
         proc_close(&m[r]);
     ck_assert_int_eq(ddpd_stop(&d), 0);
     rmdir(sock_dir);
+}
+END_TEST
+
+/* A rank whose program never comes back to libddp after its job ended (hung in its own
+ * code) is ended by its watchdog, saying why, so that the job can form again. */
+START_TEST(test_watchdog_ends_hung_rank) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    const char *busy[] = {"--barriers", "3", NULL};
+    const char *hung[] = {
+        "/usr/bin/env", "DDP_WATCHDOG_MS=1000", MEMBER_PATH, "--barriers", "3", "--hang-at", "1", NULL};
+    proc m[2];
+    member_start(&m[0], &d, 2, 0, "hung", busy);
+    rank_start(&m[1], &d, 2, 1, "hung", hung);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&m[r], "barrier 0 ok", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+    proc_signal(&m[0], SIGKILL); /* the job ends; rank 1 hangs outside libddp */
+    uint64_t t0 = clock_now_ms();
+    char line[512];
+    ck_assert_msg(proc_expect(&m[1], "watchdog ends the process", WAIT_MS, line, sizeof(line)), "%s",
+                  proc_output(&m[1]));
+    ck_assert_msg(strstr(line, "(DDP_WATCHDOG_MS=1000)"), "%s", line);
+    ck_assert_int_eq(proc_wait(&m[1], WAIT_MS), 128 + SIGABRT);
+    uint64_t ended = clock_now_ms() - t0; /* the death's detection (1.5 s), then the watchdog's second */
+    ck_assert_msg(ended >= 1000 && ended < 8000, "ended after %llu ms", (unsigned long long)ended);
+    ck_assert_msg(strstr(proc_output(&m[1]), "job 'hung' aborted: rank 0 (pid "), "%s", proc_output(&m[1]));
+    for (int r = 0; r < 2; r++)
+        proc_close(&m[r]);
+
+    ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 END_TEST
 
@@ -890,6 +927,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_arrival_wait);
     tcase_add_test(tc, test_death_while_forming);
     tcase_add_test(tc, test_stalled_member);
+    tcase_add_test(tc, test_watchdog_ends_hung_rank);
     tcase_add_test(tc, test_jobs_side_by_side);
     tcase_add_test(tc, test_parameter_server);
     suite_add_tcase(s, tc);

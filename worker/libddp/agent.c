@@ -132,6 +132,26 @@ static void agent_read_monitor(agent *a) {
     zmq_msg_close(&event);
 }
 
+/* When the watchdog ends this process: a while after the job ended, unless the caller's
+ * thread has been in libddp since (then it knows, and goes its own way). */
+static uint64_t agent_watchdog_deadline(agent *a) {
+    if (a->watchdog_ms <= 0 || !job_end_code(&a->end) || atomic_load(&a->end.told))
+        return UINT64_MAX;
+    return atomic_load(&a->end.at_ms) + (uint64_t)a->watchdog_ms;
+}
+
+/* As PyTorch's NCCL watchdog: a rank whose program never comes back to see its job's end
+ * (a hung or endless computation) must not live on, holding its rank and its memory, so
+ * that the job can form again. SIGABRT, so that a core dump shows where it hung. */
+static void agent_watchdog_fire(agent *a, uint64_t now) {
+    fprintf(stderr,
+            "ddp: %s\nddp: that was %.1f s ago, and this program has not called libddp since (busy or hung): the "
+            "watchdog ends the process (DDP_WATCHDOG_MS=%d)\n",
+            a->end.text, (double)(now - atomic_load(&a->end.at_ms)) / 1000.0, a->watchdog_ms);
+    fflush(stderr);
+    abort();
+}
+
 static void *agent_main(void *arg) {
     agent *a = arg;
     uint64_t start = clock_now_ms(), last_heard = 0, next_beat = start;
@@ -145,6 +165,8 @@ static void *agent_main(void *arg) {
                 heard ? last_heard + (uint64_t)interval * liveness + 1 : start + (uint64_t)a->connect_timeout_ms;
             deadline = silence < deadline ? silence : deadline;
         }
+        uint64_t watchdog = agent_watchdog_deadline(a);
+        deadline = watchdog < deadline ? watchdog : deadline;
         zmq_pollitem_t items[3] = {{.socket = a->control, .events = ZMQ_POLLIN},
                                    {.socket = a->agent_pipe, .events = ZMQ_POLLIN},
                                    {.fd = interrupt_fd, .events = ZMQ_POLLIN}};
@@ -196,6 +218,15 @@ static void *agent_main(void *arg) {
         }
 
         uint64_t now = clock_now_ms();
+        if (now > deadline + interval) {
+            /* This process did not run for a while (stopped, starved): ddpd's silence since
+             * is not ddpd's. Beat at once and give it a whole window to answer; if the job
+             * ended meanwhile, its answer says so. */
+            start = last_heard = now;
+            next_beat = now;
+        }
+        if (now >= watchdog)
+            agent_watchdog_fire(a, now);
         if (now >= next_beat) {
             agent_send_heartbeat(a, interval, liveness);
             next_beat = now + interval;
@@ -241,12 +272,12 @@ static void agent_routing_id(uint8_t *id, size_t size) {
 }
 
 int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms,
-                const char *curve_server_key, const curve_keypair *own) {
+                int watchdog_ms, const char *curve_server_key, const curve_keypair *own) {
     pthread_once(&interrupt_once, interrupt_fd_make);
     static _Atomic unsigned long pipe_counter;
     char pipe_name[64];
     snprintf(pipe_name, sizeof(pipe_name), "inproc://ddp-agent-%lu", (unsigned long)pipe_counter++);
-    *a = (agent){.zmq_ctx = zmq_ctx, .connect_timeout_ms = connect_timeout_ms};
+    *a = (agent){.zmq_ctx = zmq_ctx, .connect_timeout_ms = connect_timeout_ms, .watchdog_ms = watchdog_ms};
     atomic_flag_clear(&a->end.raised);
     a->end.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (a->end.fd < 0)

@@ -31,6 +31,7 @@ typedef struct {
     char coordinator[DDP_MAX_ENDPOINT + 1];
     char job[DDP_MAX_JOB_NAME + 1];
     int connect_timeout_ms;
+    int watchdog_ms; /* after the job's end, how long the caller may stay away from libddp; 0: no limit */
     pthread_t thread;
     bool running;
     job_end end; /* raised when ddpd aborts the job or is lost: every wait watches it */
@@ -52,10 +53,11 @@ void agent_set_waiting(agent *a, int on, const char *what);
  * then raises its job's end with -EINTR. For ddp_interrupt(). */
 int agent_interrupt(void);
 
-/* Connects to the coordinator and starts the thread. */
-/* With curve_server_key, the control connection speaks CURVE with own's key pair. */
+/* Connects to the coordinator and starts the thread. With curve_server_key, the control
+ * connection speaks CURVE with own's key pair. Once the job has ended, a caller that has
+ * not called libddp within watchdog_ms (0: never mind) has its process ended. */
 int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms,
-                const char *curve_server_key, const curve_keypair *own);
+                int watchdog_ms, const char *curve_server_key, const curve_keypair *own);
 /* Sends env to ddpd through the agent, with one payload frame when bytes > 0. */
 int agent_send(agent *a, const Ddp__Envelope *env);
 int agent_send_payload(agent *a, const Ddp__Envelope *env, const void *payload, size_t bytes);

@@ -118,6 +118,7 @@ static int coll_prepare(ddp_group *g, coll_args *a, coll_kind kind, const void *
                         ddp_dtype t, int op, int root) {
     if (!g)
         return -EINVAL;
+    job_end_told(&g->agent.end);
     if (g->failed)
         return g->failed;
     const char *name = coll_kind_name(kind);
@@ -152,7 +153,9 @@ static int coll_run_now(ddp_group *g, coll_args *a, bool trivial) {
     coll_drain(g);
     if (trivial)
         return 0;
-    return coll_execute(g, a);
+    int r = coll_execute(g, a);
+    job_end_told(&g->agent.end); /* an end that came during the call: this return says it */
+    return r;
 }
 
 /* ---- the API ---------------------------------------------------------------------- */
@@ -166,7 +169,9 @@ DDP_EXPORT int ddp_send(ddp_group *g, const void *buf, size_t count, ddp_dtype t
         return group_fail(g, -EINVAL, "send: tag %d is negative (negative tags are reserved)", tag);
     a.tag = tag;
     coll_drain(g);
-    return coll_execute(g, &a); /* point-to-point is not numbered: seq 0 */
+    int r = coll_execute(g, &a); /* point-to-point is not numbered: seq 0 */
+    job_end_told(&g->agent.end);
+    return r;
 }
 
 DDP_EXPORT int ddp_recv(ddp_group *g, void *buf, size_t count, ddp_dtype t, int src, int tag) {
@@ -179,7 +184,9 @@ DDP_EXPORT int ddp_recv(ddp_group *g, void *buf, size_t count, ddp_dtype t, int 
     a.receiving = true;
     a.tag = tag;
     coll_drain(g);
-    return coll_execute(g, &a);
+    int r = coll_execute(g, &a);
+    job_end_told(&g->agent.end);
+    return r;
 }
 
 DDP_EXPORT int ddp_broadcast(ddp_group *g, void *buf, size_t count, ddp_dtype t, int root) {
@@ -341,5 +348,6 @@ DDP_EXPORT int ddp_wait(ddp_request *req) {
     pthread_mutex_unlock(&g->queue_lock);
     int r = req->result;
     free(req);
+    job_end_told(&g->agent.end);
     return r;
 }

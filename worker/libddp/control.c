@@ -18,6 +18,7 @@ static bool is_average(const agent_event *ev) {
 int group_next_event(ddp_group *g, uint64_t deadline_ms, bool (*match)(const agent_event *ev, void *ctx), void *ctx,
                      agent_event **ret_event) {
     for (;;) {
+        job_end_told(&g->agent.end); /* the caller's thread: whatever ended the job, it returns it */
         agent_event *ev = NULL;
         int r = agent_next(&g->agent, clock_ms_until(deadline_ms), &ev);
         if (r == -EINTR)
@@ -27,7 +28,9 @@ int group_next_event(ddp_group *g, uint64_t deadline_ms, bool (*match)(const age
         if (r < 0)
             return group_fail(g, r, "waiting for ddpd: %s", error_string(r));
         const Ddp__Envelope *e = ev->msg.env;
-        if (!e) /* the control thread lost ddpd */
+        if (!e || e->type == DDP__MSG_TYPE__ABORT)
+            job_end_told(&g->agent.end); /* raised before it was posted: this return says it */
+        if (!e)                          /* the control thread lost ddpd */
             g->failed = group_fail(g, ev->failure, "%s", ev->text);
         else if (e->type == DDP__MSG_TYPE__ABORT)
             g->failed = group_fail(g, e->abort->code, "job '%s' aborted: %s", g->job, e->abort->reason);

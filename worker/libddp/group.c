@@ -27,6 +27,7 @@ typedef struct {
     char transport[8];
     int world_size, rank, local_rank;
     int timeout_ms, join_timeout_ms, connect_timeout_ms;
+    int watchdog_ms;              /* $DDP_WATCHDOG_MS: 0 for none */
     const char *curve_server_key; /* $DDP_CURVE_SERVER_KEY: ddpd speaks CURVE; NULL: it does not */
     curve_keypair curve;          /* $DDP_CURVE_KEY's pair */
 } group_settings;
@@ -173,6 +174,8 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
         TRY(env_int("DDP_JOIN_TIMEOUT_MS", 1, DDP_MAX_TIMEOUT_MS, &s->join_timeout_ms));
     if (o->connect_timeout_ms <= 0)
         TRY(env_int("DDP_CONNECT_TIMEOUT_MS", 1, DDP_MAX_TIMEOUT_MS, &s->connect_timeout_ms));
+    s->watchdog_ms = DDP_DEFAULT_WATCHDOG_MS;
+    TRY(env_int("DDP_WATCHDOG_MS", 0, DDP_MAX_TIMEOUT_MS, &s->watchdog_ms));
     return 0;
 }
 
@@ -373,8 +376,8 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         goto fail;
     }
-    if ((r = agent_start(&g->agent, g->zmq_ctx, s.coordinator, s.job, s.connect_timeout_ms, s.curve_server_key,
-                         &s.curve)) < 0) {
+    if ((r = agent_start(&g->agent, g->zmq_ctx, s.coordinator, s.job, s.connect_timeout_ms, s.watchdog_ms,
+                         s.curve_server_key, &s.curve)) < 0) {
         snprintf(init_error, sizeof(init_error), "cannot connect to the coordinator '%s': %s", s.coordinator,
                  r == -EINVAL ? "not a valid ZeroMQ endpoint" : error_string(r));
         goto fail;
@@ -432,6 +435,7 @@ DDP_EXPORT int ddp_abort(ddp_group *g, const char *reason) {
     char why[DDP_MAX_REASON + 64];
     snprintf(why, sizeof(why), "job '%s' aborted by this rank: %.400s", g->job, text);
     job_end_raise(&g->agent.end, -ECONNABORTED, why);
+    job_end_told(&g->agent.end);
     g->failed = group_fail(g, -ECONNABORTED, "%s", why);
     return r;
 }
@@ -454,12 +458,14 @@ DDP_EXPORT int ddp_job_status(ddp_group *g) {
     int code = job_end_code(&g->agent.end);
     if (!code)
         return 0;
+    job_end_told(&g->agent.end);
     return group_fail(g, code, "%s", g->agent.end.text);
 }
 
 DDP_EXPORT int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s) {
     if (!g)
         return -EINVAL;
+    job_end_told(&g->agent.end);
     agent_set_progress(&g->agent, step, samples_per_s);
     return 0;
 }

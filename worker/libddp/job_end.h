@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/limits.h"
 
 typedef struct {
@@ -15,6 +16,8 @@ typedef struct {
     atomic_flag raised;             /* taken by the one raise that counts */
     _Atomic int code;               /* the negative code that ended the job; 0 while it runs */
     char text[DDP_MAX_REASON + 64]; /* why, naming the rank */
+    _Atomic uint64_t at_ms;         /* when (clock_now_ms), for the watchdog */
+    _Atomic int told;               /* the caller's thread has since been in libddp: it knows */
 
     /* by rank: 1 once ddpd says it left */
     _Atomic unsigned char left[DDP_MAX_WORLD_SIZE];
@@ -31,8 +34,16 @@ static inline void job_end_raise(job_end *e, int code, const char *text) {
     if (atomic_flag_test_and_set(&e->raised))
         return;
     snprintf(e->text, sizeof(e->text), "%s", text);
+    atomic_store(&e->at_ms, clock_now_ms());
     atomic_store(&e->code, code); /* after the text: a reader that sees the code sees why */
     uint64_t one = 1;
     ssize_t w = write(e->fd, &one, sizeof(one));
     (void)w;
+}
+
+/* The caller's thread is in libddp: if the job has ended, the call it is in returns the end
+ * (or the next one will), so the watchdog need not end the process. */
+static inline void job_end_told(job_end *e) {
+    if (atomic_load(&e->code))
+        atomic_store(&e->told, 1);
 }

@@ -59,6 +59,7 @@ void ps_client_share(ddp_group *g) {
 static int ps_check(ddp_group *g, int bucket, const void *buf, const char *what) {
     if (!g)
         return -EINVAL;
+    job_end_told(&g->agent.end);
     if (g->failed)
         return g->failed;
     if (!g->n_ps_buckets)

@@ -1,0 +1,52 @@
+#include "server/ended_jobs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void ended_job_clear(ended_job *ej) {
+    free(ej->members);
+    *ej = (ended_job){0};
+}
+
+void ended_jobs_add(ended_jobs *e, const job *j, int code, const char *reason, uint64_t now_ms) {
+    ended_job *ej = &e->jobs[e->next];
+    ended_job_clear(ej);
+    ej->members = j->n_members ? calloc(j->n_members, sizeof(*ej->members)) : NULL;
+    if (!ej->members)
+        return;
+    e->next = (e->next + 1) % ENDED_JOBS_KEPT;
+    snprintf(ej->job, sizeof(ej->job), "%s", j->name);
+    snprintf(ej->reason, sizeof(ej->reason), "%s", reason);
+    ej->generation = j->generation;
+    ej->ended_ms = now_ms;
+    ej->code = code;
+    ej->n_members = j->n_members;
+    for (size_t i = 0; i < j->n_members; i++) {
+        memcpy(ej->members[i].identity, j->members[i].identity, j->members[i].identity_size);
+        ej->members[i].identity_size = j->members[i].identity_size;
+        ej->members[i].rank = j->members[i].rank;
+    }
+}
+
+ended_job *ended_jobs_find(ended_jobs *e, const uint8_t *identity, size_t identity_size, uint64_t now_ms,
+                           ended_member **ret_member) {
+    for (size_t k = 0; k < ENDED_JOBS_KEPT; k++) {
+        ended_job *ej = &e->jobs[k];
+        if (!ej->members || now_ms - ej->ended_ms > ENDED_JOBS_KEEP_MS)
+            continue;
+        for (size_t i = 0; i < ej->n_members; i++)
+            if (ej->members[i].identity_size == identity_size &&
+                memcmp(ej->members[i].identity, identity, identity_size) == 0) {
+                *ret_member = &ej->members[i];
+                return ej;
+            }
+    }
+    return NULL;
+}
+
+void ended_jobs_free(ended_jobs *e) {
+    for (size_t k = 0; k < ENDED_JOBS_KEPT; k++)
+        ended_job_clear(&e->jobs[k]);
+    e->next = 0;
+}

@@ -15,7 +15,7 @@
 #include "common/clock.h"
 #include "common/curve_keys.h"
 #include "common/error.h"
-#include "server/process_state.h"
+#include "common/process_state.h"
 #include "server/prometheus.h"
 #include "server/zap.h"
 
@@ -27,6 +27,15 @@ static void server_send(server *s, const uint8_t *identity, size_t identity_size
     int r = wire_send(s->router, identity, identity_size, env, NULL, 0);
     if (r < 0)
         log_debug("could not send %s: %s", wire_type_name(env->type), error_string(r));
+}
+
+/* Sends a frame made by wire_pack (and closes it): one message for many members. */
+static void server_send_packed(server *s, const uint8_t *identity, size_t identity_size, zmq_msg_t *frame) {
+    if (zmq_send(s->router, identity, identity_size, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_msg_send(frame, s->router, ZMQ_DONTWAIT) < 0) {
+        log_debug("could not send a packed message: %s", zmq_strerror(errno));
+        zmq_msg_close(frame);
+    }
 }
 
 static void server_send_error(server *s, const wire_msg *msg, int code, const char *fmt, ...)
@@ -58,10 +67,16 @@ static void server_send_reject(server *s, const uint8_t *identity, size_t identi
     server_send(s, identity, identity_size, &env);
 }
 
-static void server_send_heartbeat(server *s, const job *j, const job_member *m) {
+/* ddpd's heartbeat to one member of j (only), or to each that has not left: one message
+ * made once, so that a tick costs linear time in the members. */
+static void server_send_heartbeats(server *s, const job *j, const job_member *only) {
     Ddp__Heartbeat body = DDP__HEARTBEAT__INIT;
     body.interval_ms = (uint32_t)s->opts.heartbeat_ms;
     body.liveness = (uint32_t)s->opts.liveness;
+    if (s->local) { /* the members share this host, and its /proc */
+        body.coordinator_pid = (uint32_t)getpid();
+        body.stall_timeout_ms = (uint32_t)s->opts.stall_timeout * 1000u;
+    }
     uint32_t left[DDP_MAX_WORLD_SIZE];
     for (size_t i = 0; j->state == JOB_RUNNING && i < j->n_members; i++)
         if (j->members[i].left)
@@ -70,7 +85,19 @@ static void server_send_heartbeat(server *s, const job *j, const job_member *m) 
     Ddp__Envelope env;
     wire_envelope_init(&env, DDP__MSG_TYPE__HEARTBEAT, j->name, -1, j->generation, 0);
     env.heartbeat = &body;
-    server_send(s, m->identity, m->identity_size, &env);
+    zmq_msg_t packed;
+    if (wire_pack(&env, &packed) < 0)
+        return;
+    for (size_t i = 0; i < j->n_members; i++) {
+        const job_member *m = &j->members[i];
+        if ((only && m != only) || (!only && m->left))
+            continue;
+        zmq_msg_t copy;
+        zmq_msg_init(&copy);
+        zmq_msg_copy(&copy, &packed);
+        server_send_packed(s, m->identity, m->identity_size, &copy);
+    }
+    zmq_msg_close(&packed);
 }
 
 /* ---- jobs ------------------------------------------------------------------------- */
@@ -384,7 +411,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
     }
     log_info("job '%s': pid %u on %s joined (%zu/%u)", j->name, m.pid, m.host, j->n_members, j->world_size);
     /* Answer at once so the worker learns our heartbeat interval before we judge it. */
-    server_send_heartbeat(s, j, &j->members[j->n_members - 1]);
+    server_send_heartbeats(s, j, &j->members[j->n_members - 1]);
     if (job_complete(j))
         server_form_job(s, j);
 }
@@ -1052,9 +1079,7 @@ void server_tick(server *s) {
     uint64_t now = clock_now_ms();
     if (now >= s->next_heartbeat_ms) {
         for (size_t i = 0; i < s->n_jobs; i++)
-            for (size_t k = 0; k < s->jobs[i]->n_members; k++)
-                if (!s->jobs[i]->members[k].left)
-                    server_send_heartbeat(s, s->jobs[i], &s->jobs[i]->members[k]);
+            server_send_heartbeats(s, s->jobs[i], NULL);
         s->next_heartbeat_ms = now + (uint64_t)s->opts.heartbeat_ms;
     }
     for (size_t i = s->n_jobs; i-- > 0;)

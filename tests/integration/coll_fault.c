@@ -26,15 +26,17 @@
 
 #define FORGED_COUNT (1u << 20) /* f32: the large algorithm, whose peers read inputs in place */
 
-/* The segments (memfd:ddp-shm) this process maps: its own and its peers'. */
+/* The slots of the host's segment (memfd:ddp-shm) this process maps: its own and its
+ * peers', max of them, of equal size in rank order. */
 static int segments(shm_head **heads, int max) {
     FILE *f = fopen("/proc/self/maps", "r");
     char line[512];
     int n = 0;
-    while (f && n < max && fgets(line, sizeof(line), f)) {
-        unsigned long start;
-        if (strstr(line, "/memfd:ddp-shm") && sscanf(line, "%lx-", &start) == 1)
-            heads[n++] = (shm_head *)start;
+    while (f && n == 0 && fgets(line, sizeof(line), f)) {
+        unsigned long start, end;
+        if (strstr(line, "/memfd:ddp-shm") && sscanf(line, "%lx-%lx", &start, &end) == 2)
+            for (; n < max; n++)
+                heads[n] = (shm_head *)(start + (end - start) / (unsigned long)max * (unsigned long)n);
     }
     if (f)
         fclose(f);
@@ -47,7 +49,7 @@ static int segments(shm_head **heads, int max) {
 static int post_forged_input(int32_t region, uint64_t offset) {
     shm_head *heads[2], *theirs = NULL, *mine = NULL;
     if (segments(heads, 2) != 2) {
-        printf("forging: not two segments mapped\n");
+        printf("forging: no shared segment mapped\n");
         return -1;
     }
     /* the ranks have posted the same phases so far; rank 0 may already have posted one more */

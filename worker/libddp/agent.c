@@ -11,10 +11,11 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/limits.h"
+#include "common/process_state.h"
 
 #define AGENT_FORWARD 'F'
 #define AGENT_QUIT 'Q'
-#define AGENT_LEAVE_LINGER_MS 500 /* how long a Leave may take to go out at exit */
+#define AGENT_LEAVE_LINGER_MS 2000 /* how long a Leave may take to go out at exit */
 
 static void agent_post(agent *a, agent_event *ev) {
     if (!ev->msg.env)
@@ -156,6 +157,7 @@ static void *agent_main(void *arg) {
     agent *a = arg;
     uint64_t start = clock_now_ms(), last_heard = 0, next_beat = start;
     uint32_t interval = DDP_DEFAULT_HEARTBEAT_MS, liveness = DDP_DEFAULT_LIVENESS;
+    uint32_t coordinator_pid = 0, stall_limit_ms = 0; /* ddpd on this host says who it is */
     bool heard = false, failed = false;
 
     for (;;) {
@@ -163,7 +165,8 @@ static void *agent_main(void *arg) {
         if (!failed) {
             uint64_t silence =
                 heard ? last_heard + (uint64_t)interval * liveness + 1 : start + (uint64_t)a->connect_timeout_ms;
-            deadline = silence < deadline ? silence : deadline;
+            if (silence > clock_now_ms()) /* past it, ddpd is stalled: judged again at each beat */
+                deadline = silence < deadline ? silence : deadline;
         }
         uint64_t watchdog = agent_watchdog_deadline(a);
         deadline = watchdog < deadline ? watchdog : deadline;
@@ -209,6 +212,8 @@ static void *agent_main(void *arg) {
             if (ev->msg.env->type == DDP__MSG_TYPE__HEARTBEAT) {
                 interval = ev->msg.env->heartbeat->interval_ms;
                 liveness = ev->msg.env->heartbeat->liveness;
+                coordinator_pid = ev->msg.env->heartbeat->coordinator_pid;
+                stall_limit_ms = ev->msg.env->heartbeat->stall_timeout_ms;
                 for (size_t i = 0; i < ev->msg.env->heartbeat->n_left; i++) /* checked below the world size */
                     atomic_store(&a->end.left[ev->msg.env->heartbeat->left[i]], 1);
                 agent_event_free(ev);
@@ -244,9 +249,27 @@ static void *agent_main(void *arg) {
                                (unsigned)a->connect_timeout_ms);
             failed = true;
         } else if (!failed && heard && now - last_heard > (uint64_t)interval * liveness) {
-            agent_post_failure(a, -ECONNABORTED, "lost the coordinator at %s: silent for %u ms",
-                               (unsigned)(now - last_heard));
-            failed = true;
+            char state[32];
+            /* ddpd on this host, silent but there (starved by a crowd of ranks, stopped): it
+             * is judged as it judges us, by its stall limit */
+            bool stalled = coordinator_pid && strncmp(a->coordinator, "ipc://", 6) == 0 &&
+                           process_state(coordinator_pid, state, sizeof(state)) == 0;
+            if (!stalled)
+                agent_post_failure(a, -ECONNABORTED, "lost the coordinator at %s: silent for %u ms",
+                                   (unsigned)(now - last_heard));
+            else if (now - last_heard > (uint64_t)stall_limit_ms) {
+                agent_event *ev = calloc(1, sizeof(*ev));
+                if (ev) {
+                    ev->failure = -ECONNABORTED;
+                    snprintf(ev->text, sizeof(ev->text),
+                             "the coordinator at %s (pid %u) stopped responding %.1f s ago (state %s; its "
+                             "--stall-timeout %u s)",
+                             a->coordinator, coordinator_pid, (double)(now - last_heard) / 1000.0, state,
+                             stall_limit_ms / 1000);
+                    agent_post(a, ev);
+                }
+            }
+            failed = !stalled || now - last_heard > (uint64_t)stall_limit_ms;
         }
     }
 

@@ -1,6 +1,6 @@
 /* Whether a process of this host still exists, and what the kernel says it is doing
  * (/proc/PID/stat): how ddpd tells a member that stalled (stopped, hung, starved) from one
- * that is gone. */
+ * that is gone, and a member a stalled ddpd from a dead one. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "server/process_state.h"
+#include "common/process_state.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -912,8 +912,9 @@ static void server_handle(server *s, wire_msg *msg, int r) {
     if (member) {
         uint64_t now = clock_now_ms();
         if (m->stalled[0]) {
-            log_info("job '%s': rank %d (pid %u on %s) answers again after %.1f s (it was %s)", j->name, m->rank,
-                     m->pid, m->host, (double)(now - m->last_heard_ms) / 1000.0, m->stalled);
+            log_ratelimited(&s->stall_log, LOG_LEVEL_INFO,
+                            "job '%s': rank %d (pid %u on %s) answers again after %.1f s (it was %s)", j->name, m->rank,
+                            m->pid, m->host, (double)(now - m->last_heard_ms) / 1000.0, m->stalled);
             m->stalled[0] = '\0';
         }
         m->last_heard_ms = now; /* any message counts as a heartbeat */
@@ -1024,10 +1025,11 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
         /* Silent, but its process is still here: stopped, hung or starved, not dead. */
         if (m->local_pid && process_state(m->local_pid, state, sizeof(state)) == 0) {
             if (!m->stalled[0])
-                log_warn("job '%s': rank %d (pid %u on %s) stalled: silent for %llu ms, its process %s; it may stall "
-                         "%d s (--stall-timeout)",
-                         j->name, m->rank, m->pid, m->host, (unsigned long long)silent_ms, state,
-                         s->opts.stall_timeout);
+                log_ratelimited(
+                    &s->stall_log, LOG_LEVEL_WARN,
+                    "job '%s': rank %d (pid %u on %s) stalled: silent for %llu ms, its process %s; it may stall "
+                    "%d s (--stall-timeout)",
+                    j->name, m->rank, m->pid, m->host, (unsigned long long)silent_ms, state, s->opts.stall_timeout);
             snprintf(m->stalled, sizeof(m->stalled), "%s", state);
             if (silent_ms <= (uint64_t)s->opts.stall_timeout * 1000u)
                 continue;
@@ -1098,6 +1100,7 @@ int server_open(server *s, const server_options *opts) {
     s->started_ms = clock_now_ms();
     s->next_heartbeat_ms = s->started_ms;
     s->bad_input_log = (log_ratelimit)LOG_RATELIMIT_INIT(10000, 5);
+    s->stall_log = (log_ratelimit)LOG_RATELIMIT_INIT(5000, 20);
     s->zmq_ctx = zmq_ctx_new();
     if (!s->zmq_ctx)
         return -errno;

@@ -46,6 +46,7 @@ typedef struct {
     uint64_t started_ms;
     uint64_t next_heartbeat_ms;
     log_ratelimit bad_input_log;
+    log_ratelimit stall_log; /* hundreds of ranks starved at once: the machine, said in a few lines */
     uint64_t bad_messages, aborts; /* for the metrics */
 } server;
 

@@ -48,8 +48,10 @@
 #define DDP_DEFAULT_TIMEOUT_MS 60000    /* one collective or control request */
 #define DDP_DEFAULT_CONNECT_TIMEOUT_MS 10000 /* until ddpd first answers */
 #define DDP_MAX_TIMEOUT_MS 86400000     /* one day */
+#define DDP_DEFAULT_COORDINATOR_WAIT_MS 60000 /* for a ddpd that went away to come back (a restart) */
 #define DDP_DEFAULT_WATCHDOG_MS 10000   /* a program away from libddp after its job ended, before it is ended */
 #define DDP_WAITING_LOG_MS 5000      /* "job 'x': 3/4 joined" every so often */
+#define DDP_RECOVER_GRACE_MS 10000   /* after ddpd restarted, beyond the liveness window, for every rank to be back */
 
 /* Configuration */
 #define DDP_MAX_CONFIG_STRING 1024   /* bytes of a string option */

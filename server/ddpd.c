@@ -32,6 +32,10 @@ static const config_option ddpd_options[] = {
      "seconds a silent member whose process still exists on this host (stopped, hung) may stall before it ends "
      "its job",
      "S"},
+    {"state-dir", CONFIG_STRING, 1, 1024, NULL, offsetof(server_options, state_dir),
+     "keep the last job generation here, so that a restarted ddpd goes on from it (the members of running jobs "
+     "rejoin it)",
+     "DIR"},
     {"join-timeout", CONFIG_INT, 1, 86400, "300", offsetof(server_options, join_timeout),
      "seconds a job may take to form before its members are rejected", "S"},
     {"log-level", CONFIG_STRING, 1, 8, "info", offsetof(server_options, log_level), "error, warn, info or debug",

@@ -42,6 +42,11 @@ void job_free(job *j) {
     free(j);
 }
 
+static int job_member_rank_cmp(const void *a, const void *b) {
+    const job_member *x = a, *y = b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
 int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t rank, const uint64_t *ps_layout,
                    size_t n_ps_layout, char *reason, size_t reason_size) {
     if (j->state != JOB_FORMING) {
@@ -73,6 +78,34 @@ int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t 
                 return -EEXIST;
             }
     return 0;
+}
+
+int job_check_rejoin(const job *j, uint64_t generation, uint32_t world_size, const char *mode, int32_t rank,
+                     char *reason, size_t reason_size) {
+    if (!j->recovering || j->generation != generation) {
+        snprintf(reason, reason_size,
+                 "job '%s' here is %s (generation %llu): this rank's generation %llu did not outlive ddpd's restart",
+                 j->name, j->state == JOB_FORMING ? "forming" : "running", (unsigned long long)j->generation,
+                 (unsigned long long)generation);
+        return -ESTALE;
+    }
+    if (world_size != j->world_size || strcmp(mode, j->mode) != 0) {
+        snprintf(reason, reason_size, "world size %u and mode '%s' differ from job '%s''s (%u, '%s')", world_size, mode,
+                 j->name, j->world_size, j->mode);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < j->n_members; i++)
+        if (j->members[i].rank == rank) {
+            snprintf(reason, reason_size, "rank %d of job '%s' is back already, as pid %u on %s", rank, j->name,
+                     j->members[i].pid, j->members[i].host);
+            return -EEXIST;
+        }
+    return 0;
+}
+
+void job_recovered(job *j) {
+    qsort(j->members, j->n_members, sizeof(job_member), job_member_rank_cmp);
+    j->recovering = false;
 }
 
 int job_add_member(job *j, const job_member *m) {
@@ -128,11 +161,6 @@ static void job_plan_ranks(const job *j, bool *taken, int32_t *rank_of) {
         if (next < j->world_size)
             taken[next] = true;
     }
-}
-
-static int job_member_rank_cmp(const void *a, const void *b) {
-    const job_member *x = a, *y = b;
-    return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
 int job_form(job *j, uint64_t generation) {

@@ -51,6 +51,9 @@ typedef struct {
     job_state state;
     uint32_t world_size;
     uint64_t generation; /* set when it forms */
+    /* Rejoined after ddpd restarted: running, until every rank is back or the deadline */
+    bool recovering;
+    uint64_t recover_deadline_ms;
     uint64_t created_ms;
     uint64_t progress_logged_ms;
     job_member *members; /* join order while forming, rank order once running */
@@ -73,6 +76,12 @@ void job_free(job *j);
  * Returns 0 or a negative error with reason filled. */
 int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t rank, const uint64_t *ps_layout,
                    size_t n_ps_layout, char *reason, size_t reason_size);
+/* Checks that a rejoin (a member of a running job, back after ddpd restarted) fits this
+ * recovering job: the same generation, world size and mode, its rank not back yet. */
+int job_check_rejoin(const job *j, uint64_t generation, uint32_t world_size, const char *mode, int32_t rank,
+                     char *reason, size_t reason_size);
+/* Every rank is back: members in rank order again, the job no longer recovering. */
+void job_recovered(job *j);
 int job_add_member(job *j, const job_member *m);
 void job_remove_member(job *j, size_t index);
 /* The member index for a connection, or -1. */

@@ -16,6 +16,7 @@
 #include "common/curve_keys.h"
 #include "common/error.h"
 #include "common/process_state.h"
+#include "server/generation_file.h"
 #include "server/prometheus.h"
 #include "server/zap.h"
 
@@ -69,8 +70,9 @@ static void server_send_reject(server *s, const uint8_t *identity, size_t identi
 
 /* ddpd's heartbeat to one member of j (only), or to each that has not left: one message
  * made once, so that a tick costs linear time in the members. */
-static void server_send_heartbeats(server *s, const job *j, const job_member *only) {
+static void server_send_heartbeats(server *s, const job *j, const job_member *only, bool stopping) {
     Ddp__Heartbeat body = DDP__HEARTBEAT__INIT;
+    body.stopping = stopping;
     body.interval_ms = (uint32_t)s->opts.heartbeat_ms;
     body.liveness = (uint32_t)s->opts.liveness;
     if (s->local) { /* the members share this host, and its /proc */
@@ -238,8 +240,21 @@ static void server_abort_job(server *s, job *j, ssize_t culprit, int code, const
     server_remove_job(s, j);
 }
 
+/* Takes generation as given (a rejoin's, or the next), never going back, and keeps it in
+ * the state directory so that a restarted ddpd does not either. */
+static void server_note_generation(server *s, uint64_t generation) {
+    if (generation <= s->last_generation)
+        return;
+    s->last_generation = generation;
+    char err[256];
+    if (s->opts.state_dir && generation_save(s->opts.state_dir, generation, err, sizeof(err)) < 0)
+        log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "%s: a restarted ddpd may give generation %llu again", err,
+                        (unsigned long long)generation);
+}
+
 static void server_form_job(server *s, job *j) {
-    if (job_form(j, ++s->last_generation) < 0) {
+    server_note_generation(s, s->last_generation + 1);
+    if (job_form(j, s->last_generation) < 0) {
         server_abort_job(s, j, -1, -ENOMEM, "ddpd is out of memory for the job's gradient buckets");
         return;
     }
@@ -333,6 +348,10 @@ static void server_on_join(server *s, const wire_msg *msg) {
     job *other;
     job_member *other_member;
     if (server_is_member(s, msg->identity, msg->identity_size, &other, &other_member)) {
+        if (jn->generation && jn->generation == other->generation && strcmp(env->job, other->name) == 0) {
+            server_send_heartbeats(s, other, other_member, false); /* a rejoin sent again: it is back */
+            return;
+        }
         snprintf(reason, sizeof(reason), "this connection already joined job '%s'", other->name);
         server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, -EPROTO, reason);
         return;
@@ -344,7 +363,14 @@ static void server_on_join(server *s, const wire_msg *msg) {
     for (size_t i = 0; i < s->n_jobs; i++)
         n_members += s->jobs[i]->n_members;
     int r = 0;
-    if (j)
+    bool rejoin = jn->generation != 0; /* a member of a running job, back after ddpd restarted */
+    if (rejoin && jn->n_ps_buckets) {
+        snprintf(reason, sizeof(reason),
+                 "job '%s' is a ps job: the sums ddpd held for it are gone with the ddpd that restarted", env->job);
+        r = -ENOTSUP;
+    } else if (j && rejoin)
+        r = job_check_rejoin(j, jn->generation, jn->world_size, jn->mode, jn->rank, reason, sizeof(reason));
+    else if (j)
         r = job_check_join(j, jn->world_size, jn->mode, jn->rank, jn->ps_buckets, jn->n_ps_buckets, reason,
                            sizeof(reason));
     else if (s->n_jobs == DDP_MAX_JOBS) {
@@ -386,6 +412,19 @@ static void server_on_join(server *s, const wire_msg *msg) {
         }
         j->owner = uid;
         s->jobs[s->n_jobs++] = j;
+        if (rejoin) { /* running already: its ranks come back one by one */
+            j->state = JOB_RUNNING;
+            j->generation = jn->generation;
+            j->barrier_round = jn->barrier_round;
+            j->recovering = true;
+            j->recover_deadline_ms =
+                clock_now_ms() + (uint64_t)s->opts.heartbeat_ms * (uint64_t)s->opts.liveness + DDP_RECOVER_GRACE_MS;
+            server_note_generation(s, jn->generation);
+            log_warn("job '%s' (generation %llu): rank %d rejoins after ddpd restarted; waiting %.1f s for the other "
+                     "%u",
+                     j->name, (unsigned long long)j->generation, jn->rank,
+                     (double)(j->recover_deadline_ms - clock_now_ms()) / 1000.0, j->world_size - 1);
+        }
     }
 
     job_member m = {
@@ -409,9 +448,24 @@ static void server_on_join(server *s, const wire_msg *msg) {
             server_remove_job(s, j);
         return;
     }
+    /* Answer at once so the worker learns our heartbeat interval before we judge it; a
+     * rejoin learns from it that it is back. */
+    server_send_heartbeats(s, j, &j->members[j->n_members - 1], false);
+    if (rejoin) {
+        for (size_t i = 0; i < jn->n_store; i++) /* the keys it set: the store as the members knew it */
+            if (store_set(&j->store, jn->store[i]->key, jn->store[i]->value.data, jn->store[i]->value.len) < 0)
+                log_warn("job '%s': rank %d's store key '%.64s' did not fit back", j->name, jn->rank,
+                         jn->store[i]->key);
+        log_info("job '%s': rank %d (pid %u on %s) is back (%zu/%u)", j->name, m.rank, m.pid, m.host, j->n_members,
+                 j->world_size);
+        if (job_complete(j)) {
+            job_recovered(j);
+            log_warn("job '%s' (generation %llu) recovered: every rank is back after ddpd restarted", j->name,
+                     (unsigned long long)j->generation);
+        }
+        return;
+    }
     log_info("job '%s': pid %u on %s joined (%zu/%u)", j->name, m.pid, m.host, j->n_members, j->world_size);
-    /* Answer at once so the worker learns our heartbeat interval before we judge it. */
-    server_send_heartbeats(s, j, &j->members[j->n_members - 1]);
     if (job_complete(j))
         server_form_job(s, j);
 }
@@ -706,7 +760,7 @@ static int server_status_build(server *s, server_status *st, int64_t viewer, boo
         Ddp__JobStatus *js = &st->jobs[i];
         ddp__job_status__init(js);
         js->name = (char *)j->name;
-        js->state = (char *)(j->state == JOB_FORMING ? "forming" : "running");
+        js->state = (char *)(j->state == JOB_FORMING ? "forming" : j->recovering ? "recovering" : "running");
         js->mode = (char *)j->mode;
         js->world_size = j->world_size;
         js->generation = j->generation;
@@ -1054,6 +1108,14 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
         return true;
     }
 
+    if (j->state == JOB_RUNNING && j->recovering && now >= j->recover_deadline_ms) {
+        char missing[256], reason[DDP_MAX_REASON];
+        job_missing_ranks(j, missing, sizeof(missing));
+        snprintf(reason, sizeof(reason), "ranks %s did not come back within %.1f s of ddpd's restart", missing,
+                 (double)(s->opts.heartbeat_ms * s->opts.liveness + DDP_RECOVER_GRACE_MS) / 1000.0);
+        server_abort_job(s, j, -1, -ECONNABORTED, reason);
+        return true;
+    }
     if (j->state == JOB_RUNNING) {
         server_expire_waiters(s, j, now);
         return false;
@@ -1081,7 +1143,7 @@ void server_tick(server *s) {
     uint64_t now = clock_now_ms();
     if (now >= s->next_heartbeat_ms) {
         for (size_t i = 0; i < s->n_jobs; i++)
-            server_send_heartbeats(s, s->jobs[i], NULL);
+            server_send_heartbeats(s, s->jobs[i], NULL, false);
         s->next_heartbeat_ms = now + (uint64_t)s->opts.heartbeat_ms;
     }
     for (size_t i = s->n_jobs; i-- > 0;)
@@ -1101,6 +1163,14 @@ int server_open(server *s, const server_options *opts) {
     s->next_heartbeat_ms = s->started_ms;
     s->bad_input_log = (log_ratelimit)LOG_RATELIMIT_INIT(10000, 5);
     s->stall_log = (log_ratelimit)LOG_RATELIMIT_INIT(5000, 20);
+    if (opts->state_dir) {
+        char err[256];
+        int r = generation_load(opts->state_dir, &s->last_generation, err, sizeof(err));
+        if (r < 0) {
+            log_error("%s", err);
+            return r;
+        }
+    }
     s->zmq_ctx = zmq_ctx_new();
     if (!s->zmq_ctx)
         return -errno;
@@ -1168,8 +1238,13 @@ void server_shutdown(server *s, const char *reason) {
                 server_send_reject(s, j->members[k].identity, j->members[k].identity_size, j->name,
                                    j->members[k].join_seq, -ESHUTDOWN, reason);
             server_remove_job(s, j);
-        } else
+        } else if (j->n_ps_layout) /* its sums live here: it cannot outlive ddpd */
             server_abort_job(s, j, -1, -ESHUTDOWN, reason);
+        else { /* ddp and dp never need ddpd between steps: they go on, and rejoin the next */
+            log_info("job '%s' (generation %llu) goes on without ddpd; its members will rejoin the next one", j->name,
+                     (unsigned long long)j->generation);
+            server_send_heartbeats(s, j, NULL, true);
+        }
     }
     /* Give the Aborts a moment to leave before the socket closes. */
     int linger = 1000;

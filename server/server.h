@@ -20,6 +20,7 @@ typedef struct {
     int join_timeout;  /* seconds a job may take to form */
     char *log_level;
     char *metrics_file;
+    char *state_dir;      /* where the last generation is kept across restarts, or NULL */
     char *operator_group; /* its members (and root) may see and abort every job */
     /* Per user (a job's owner; every TCP client counts as one), over all its jobs. */
     int user_jobs, user_members, user_store_waits;
@@ -46,7 +47,7 @@ typedef struct {
     uint64_t started_ms;
     uint64_t next_heartbeat_ms;
     log_ratelimit bad_input_log;
-    log_ratelimit stall_log; /* hundreds of ranks starved at once: the machine, said in a few lines */
+    log_ratelimit stall_log;       /* hundreds of ranks starved at once: the machine, said in a few lines */
     uint64_t bad_messages, aborts; /* for the metrics */
 } server;
 

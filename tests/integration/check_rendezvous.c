@@ -266,22 +266,77 @@ START_TEST(test_status_table_and_json) {
 }
 END_TEST
 
-START_TEST(test_sigterm_tells_members) {
+/* ddpd restarts under a running job (SIGTERM, then SIGKILL: a crash): the members go on
+ * with their barriers, rejoin the next ddpd at the same endpoint, which takes the job back
+ * with its generation and its store, and gives the next job the next generation; members
+ * whose ddpd does not come back stop when their wait runs out, saying so. */
+START_TEST(test_ddpd_restart) {
+    char dir[64], listen[128], state[96], line[512];
+    snprintf(dir, sizeof(dir), "/tmp/ddp-restart-%d", (int)getpid());
+    snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", dir);
+    snprintf(state, sizeof(state), "%s/state", dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(mkdir(state, 0700), 0);
+    const char *flags[] = {"--listen", listen, "--state-dir", state, NULL};
+    const char *args[] = {"--barriers", "50", "--late-ms", "40", "--keep-key", "1", NULL};
     ddpd_proc d;
-    ddpd_start(&d, NULL);
-    proc a, b;
-    const char *hang[] = {"--barriers", "2", "--hang-at", "0", NULL};
-    member_start(&a, &d, 2, 0, "term", NULL);
-    member_start(&b, &d, 2, 1, "term", hang);
-    ck_assert(proc_expect(&a, "joined rank 0", WAIT_MS, NULL, 0));
-    ck_assert(proc_expect(&b, "joined rank 1", WAIT_MS, NULL, 0));
+    ddpd_start(&d, flags);
+    for (int crash = 0; crash < 2; crash++) {
+        char job[32];
+        snprintf(job, sizeof(job), "restart-%d", crash);
+        proc m[2];
+        for (int r = 0; r < 2; r++)
+            member_start(&m[r], &d, 2, r, job, args);
+        for (int r = 0; r < 2; r++)
+            ck_assert_msg(proc_expect(&m[r], "barrier 3 ok", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+        if (crash) {
+            proc_signal(&d.p, SIGKILL);
+            proc_wait(&d.p, WAIT_MS);
+            proc_close(&d.p);
+        } else
+            ck_assert_int_eq(ddpd_stop(&d), 0);
+        ddpd_start(&d, flags);
+        for (int r = 0; r < 2; r++) {
+            ck_assert_msg(proc_expect(&m[r], "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+            ck_assert_msg(proc_expect(&m[r], "barrier 49 ok", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+            ck_assert_msg(proc_expect(&m[r], "kept: 'set before'", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+            ck_assert_int_eq(proc_wait(&m[r], WAIT_MS), 0);
+            ck_assert_msg(!strstr(proc_output(&m[r]), "failed"), "%s", proc_output(&m[r]));
+            proc_close(&m[r]);
+        }
+        ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, line, sizeof(line)), "%s",
+                      proc_output(&d.p));
+        char generation[64];
+        snprintf(generation, sizeof(generation), "job '%s' (generation %d) recovered", job, crash + 1);
+        ck_assert_msg(strstr(line, generation), "%s", line);
+    }
+    /* the generations go on from the state directory: the third job is generation 3 */
+    proc again[2];
+    form_and_check(&d, 2, "after", NULL, again);
+    all_exit_ok(again, 2);
+    ck_assert_msg(proc_expect(&d.p, "job 'after' formed: world size 2, generation 3", WAIT_MS, NULL, 0), "%s",
+                  proc_output(&d.p));
+
+    /* a ddpd that does not come back: the members stop once their wait runs out */
+    const char *waiting[] = {
+        "/usr/bin/env", "DDP_COORDINATOR_WAIT_MS=1000", MEMBER_PATH, "--barriers", "400", "--late-ms", "20", NULL};
+    proc m[2];
+    for (int r = 0; r < 2; r++)
+        rank_start(&m[r], &d, 2, r, "gone", waiting);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&m[r], "barrier 3 ok", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
     ck_assert_int_eq(ddpd_stop(&d), 0);
-    char line[512];
-    ck_assert_msg(proc_expect(&a, "barrier 0 failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&a));
-    ck_assert_msg(strstr(line, "ddpd is shutting down (SIGTERM)"), "%s", line);
-    ck_assert_int_eq(proc_wait(&a, WAIT_MS), 3);
-    proc_close(&a);
-    proc_close(&b);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(proc_expect(&m[r], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&m[r]));
+        ck_assert_msg(strstr(line, "and it did not come back within 1000 ms (DDP_COORDINATOR_WAIT_MS)"), "%s", line);
+        ck_assert_int_eq(proc_wait(&m[r], WAIT_MS), 3);
+        proc_close(&m[r]);
+    }
+    char path[128];
+    snprintf(path, sizeof(path), "%s/generation", state);
+    unlink(path);
+    rmdir(state);
+    rmdir(dir);
 }
 END_TEST
 
@@ -915,7 +970,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_killed_member_named_within_3s);
     tcase_add_test(tc, test_garbage_flood);
     tcase_add_test(tc, test_status_table_and_json);
-    tcase_add_test(tc, test_sigterm_tells_members);
+    tcase_add_test(tc, test_ddpd_restart);
     tcase_add_test(tc, test_no_coordinator);
     tcase_add_test(tc, test_join_timeout);
     tcase_add_test(tc, test_bad_environment);

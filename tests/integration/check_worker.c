@@ -258,6 +258,77 @@ START_TEST(test_interrupted_while_forming) {
 }
 END_TEST
 
+/* ddpd restarts under a training job: the workers train on and rejoin it. Then it goes for
+ * good: once their wait (DDP_COORDINATOR_WAIT_MS) runs out, they stop together at a step
+ * with the checkpoint written, exit 75, and a run resumes from it once ddpd is back. */
+START_TEST(test_coordinator_restart_and_loss) {
+    char ckpt[128], listen[128], state[128], line[256];
+    path_in_dir(ckpt, sizeof(ckpt), "lab.ckpt");
+    snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", dir);
+    path_in_dir(state, sizeof(state), "state");
+    ck_assert_int_eq(mkdir(state, 0700), 0);
+    const char *flags[] = {"--listen", listen, "--state-dir", state, NULL};
+    ddpd_proc d;
+    ddpd_start(&d, flags);
+    const char *argv[] = {"/usr/bin/env",
+                          "DDP_COORDINATOR_WAIT_MS=1500",
+                          DDP_WORKER_PATH,
+                          "--data",
+                          dir,
+                          "--model",
+                          MODEL,
+                          "--batch-size",
+                          "32",
+                          "--epochs",
+                          "100000",
+                          "--checkpoint",
+                          ckpt,
+                          NULL};
+    proc w[2];
+    for (int r = 0; r < 2; r++)
+        rank_start(&w[r], &d, 2, r, "lab", argv);
+    ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&w[0]));
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    ck_assert_msg(proc_expect(&w[0], "epoch ", WAIT_MS, NULL, 0), "%s", proc_output(&w[0])); /* it trains on */
+    ddpd_start(&d, flags);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&w[r], "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", proc_output(&w[r]));
+    ck_assert_msg(proc_expect(&d.p, "job 'lab' (generation 1) recovered", WAIT_MS, NULL, 0), "%s",
+                  proc_output(&d.p));
+
+    ck_assert_int_eq(ddpd_stop(&d), 0); /* for good */
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_wait(&w[r], WAIT_MS) == 75, "rank %d: %s", r, proc_output(&w[r]));
+    ck_assert_msg(proc_expect(&w[0], "its coordinator gone; checkpoint written", 0, line, sizeof(line)), "%s",
+                  proc_output(&w[0]));
+    unsigned long long step = strtoull(strstr(line, "at step ") + 8, NULL, 10);
+    ck_assert_uint_eq(read_info(ckpt).step, step);
+    assert_output(&w[1], "asking the program to stop (ddp_stop_requested)");
+    for (int r = 0; r < 2; r++)
+        proc_close(&w[r]);
+
+    /* back: the next job (generation 2) resumes where they stopped */
+    ddpd_start(&d, flags);
+    const char *more[] = {DDP_WORKER_PATH, "--data", dir,  "--model",    MODEL, "--batch-size", "32", "--epochs",
+                          "100000",        "--checkpoint", ckpt, "--resume", NULL};
+    for (int r = 0; r < 2; r++)
+        rank_start(&w[r], &d, 2, r, "lab", more);
+    ck_assert_msg(proc_expect(&d.p, "job 'lab' formed: world size 2, generation 2", WAIT_MS, NULL, 0), "%s",
+                  proc_output(&d.p));
+    char resumed[64];
+    snprintf(resumed, sizeof(resumed), "at step %llu,", step);
+    ck_assert_msg(proc_expect(&w[0], resumed, WAIT_MS, NULL, 0), "%s", proc_output(&w[0]));
+    ck_assert_msg(proc_expect(&w[0], "epoch ", WAIT_MS, NULL, 0), "%s", proc_output(&w[0]));
+    for (int r = 0; r < 2; r++)
+        proc_signal(&w[r], SIGTERM);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(proc_wait(&w[r], WAIT_MS) == 128 + SIGTERM, "rank %d: %s", r, proc_output(&w[r]));
+        proc_close(&w[r]);
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* Usage errors exit 2, as the README's table says, whether they come from a flag, a
  * batch that does not split, or the environment. */
 START_TEST(test_usage_exit_codes) {
@@ -503,6 +574,8 @@ int main(int argc, char **argv) {
     tcase_add_test(resume, test_metrics_across_resume);
     tcase_add_test(resume, test_resume_edges);
     tcase_add_test(resume, test_checkpoint_keep);
+    TCase *coordinator = add_case(s, tcase_create("coordinator"));
+    tcase_add_test(coordinator, test_coordinator_restart_and_loss);
     TCase *root = add_case(s, tcase_create("as-root"));
     tcase_add_test(root, test_device_nodes);
     tcase_add_test(root, test_checkpoint_disk_full);

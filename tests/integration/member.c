@@ -17,7 +17,9 @@
  * rank aborts and says "after abort: job status CODE: LAST_ERROR".
  * --recv-late-ms M: rank 0 sends rank 1 the int 42 (tag 7) M ms after the job formed;
  * rank 1 says "received V from rank 0", then what its data plane turned away ("refused C
- * connections and F frames: LAST"), so a test can try to slip its own frame in first. */
+ * connections and F frames: LAST"), so a test can try to slip its own frame in first.
+ * --keep-key 1: rank 0 sets "kept" once the job forms; after the barriers every rank gets it
+ * ("kept: 'V'"), so a test can restart ddpd in between and see the store come back. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,8 @@
 #include "ddp/ddp.h"
 
 int main(int argc, char **argv) {
-    int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0, recv_late_ms = 0;
+    int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0, recv_late_ms = 0,
+        keep_key = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
@@ -44,6 +47,8 @@ int main(int argc, char **argv) {
             late_ms = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--recv-late-ms") == 0)
             recv_late_ms = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--keep-key") == 0)
+            keep_key = atoi(argv[i + 1]);
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -71,6 +76,8 @@ int main(int argc, char **argv) {
             printf("received %d from rank 0\nrefused %llu connections and %llu frames: %s\n", value,
                    refused.connections, refused.frames, refused.last_connection);
     }
+    if (keep_key && ddp_rank(g) == 0 && (r = ddp_store_set(g, "kept", "set before", 10)) < 0)
+        printf("store_set failed: %d: %s\n", r, ddp_last_error(g));
     for (int k = 0; k < barriers; k++) {
         if (k == hang_at)
             for (;;)
@@ -90,6 +97,14 @@ int main(int argc, char **argv) {
         double waited = -1;
         r = ddp_get_arrival_wait(g, &waited);
         printf("arrival wait %.3f s (%d)\n", waited, r);
+    }
+    if (keep_key) {
+        char value[64] = "";
+        size_t size = 0;
+        if ((r = ddp_store_get(g, "kept", value, sizeof(value) - 1, &size)) < 0)
+            printf("store_get failed: %d: %s\n", r, ddp_last_error(g));
+        else
+            printf("kept: '%s'\n", value);
     }
     if (store) {
         if (ddp_rank(g) == 0) {

@@ -16,6 +16,7 @@ START_TEST(test_null_group) {
     ck_assert_int_eq(ddp_barrier(NULL), -EINVAL);
     ck_assert_int_eq(ddp_abort(NULL, "why"), -EINVAL);
     ck_assert_int_eq(ddp_job_status(NULL), -EINVAL);
+    ck_assert_int_eq(ddp_stop_requested(NULL), -EINVAL);
     ck_assert_int_eq(ddp_report_progress(NULL, 1, 1.0), -EINVAL);
     int x = 0;
     ck_assert_int_eq(ddp_all_reduce(NULL, &x, 1, DDP_I32, DDP_SUM), -EINVAL);

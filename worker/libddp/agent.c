@@ -1,6 +1,7 @@
 #include "worker/libddp/agent.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #define AGENT_FORWARD 'F'
 #define AGENT_QUIT 'Q'
+#define AGENT_REQUEST 'R'          /* forward, and remember until answered: [R, seq] */
 #define AGENT_LEAVE_LINGER_MS 2000 /* how long a Leave may take to go out at exit */
 
 static void agent_post(agent *a, agent_event *ev) {
@@ -27,15 +29,6 @@ static void agent_post(agent *a, agent_event *ev) {
     }
     if (zmq_send(a->agent_pipe, &ev, sizeof(ev), ZMQ_DONTWAIT) < 0)
         agent_event_free(ev);
-}
-
-static void agent_post_failure(agent *a, int failure, const char *fmt, unsigned ms) {
-    agent_event *ev = calloc(1, sizeof(*ev));
-    if (!ev)
-        return;
-    ev->failure = failure;
-    snprintf(ev->text, sizeof(ev->text), fmt, a->coordinator, ms);
-    agent_post(a, ev);
 }
 
 void agent_set_progress(agent *a, uint64_t step, double samples_per_s) {
@@ -80,10 +73,12 @@ static void agent_send_heartbeat(agent *a, uint32_t interval_ms, uint32_t livene
 /* Moves the rest of a multipart message from the pipe to the control socket, whole or
  * not at all: if ddpd's queue is full, a payload must not go out as a message of its own
  * (the caller's wait then ends at its timeout, with its own error). */
-static void agent_forward(agent *a) {
+/* A request (remember) is kept until answered, as pending; held is for while ddpd is away:
+ * kept, not sent, until the next ddpd has taken this member back. */
+static void agent_forward(agent *a, bool remember, uint64_t seq, bool held) {
     int more = 1;
     size_t more_size = sizeof(more);
-    bool dropping = false;
+    bool dropping = false, first = true;
     while (zmq_getsockopt(a->agent_pipe, ZMQ_RCVMORE, &more, &more_size) == 0 && more) {
         zmq_msg_t frame;
         zmq_msg_init(&frame);
@@ -92,6 +87,18 @@ static void agent_forward(agent *a) {
             return;
         }
         zmq_getsockopt(a->agent_pipe, ZMQ_RCVMORE, &more, &more_size);
+        if (first && remember && !more) { /* a request is its envelope alone */
+            if (a->has_pending)
+                zmq_msg_close(&a->pending);
+            zmq_msg_init(&a->pending);
+            a->has_pending = zmq_msg_copy(&a->pending, &frame) == 0;
+            a->pending_seq = seq;
+            if (held) {
+                zmq_msg_close(&frame);
+                return;
+            }
+        }
+        first = false;
         /* ZeroMQ takes the later parts of a message whose first part it took */
         if (dropping || zmq_msg_send(&frame, a->control, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&frame);
@@ -153,124 +160,259 @@ static void agent_watchdog_fire(agent *a, uint64_t now) {
     abort();
 }
 
+/* The control thread's view of ddpd. */
+typedef struct {
+    uint64_t start, last_heard, next_beat;
+    uint32_t interval, liveness;
+    uint32_t coordinator_pid, stall_limit_ms; /* ddpd on this host says who it is */
+    bool heard, failed;
+    /* rejoining a ddpd that went away, since this time (0: not); the next try, and the gap */
+    uint64_t rejoin_since, next_rejoin, rejoin_gap;
+} agent_view;
+
+#define AGENT_REJOIN_FIRST_GAP_MS 100 /* then doubling, up to the heartbeat interval */
+
+static void agent_fail(agent *a, agent_view *v, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void agent_fail(agent *a, agent_view *v, int code, const char *fmt, ...) {
+    v->failed = true;
+    v->rejoin_since = 0;
+    agent_event *ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return;
+    ev->failure = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ev->text, sizeof(ev->text), fmt, ap);
+    va_end(ap);
+    agent_post(a, ev);
+}
+
+/* ddpd went away (silent, or it said it is stopping): the job goes on without it while
+ * the agent rejoins the next ddpd at the same endpoint, if the caller has said how. */
+static bool agent_begin_rejoin(agent *a, agent_view *v, uint64_t now, const char *why) {
+    pthread_mutex_lock(&a->progress_lock);
+    bool can = a->rejoin && a->coordinator_wait_ms > 0;
+    pthread_mutex_unlock(&a->progress_lock);
+    if (!can)
+        return false;
+    fprintf(stderr, "ddp: %s; the job goes on, rejoining ddpd for up to %d ms (DDP_COORDINATOR_WAIT_MS)\n", why,
+            a->coordinator_wait_ms);
+    v->rejoin_since = v->next_rejoin = now;
+    v->rejoin_gap = AGENT_REJOIN_FIRST_GAP_MS;
+    return true;
+}
+
+static void agent_send_rejoin(agent *a) {
+    zmq_msg_t frame;
+    pthread_mutex_lock(&a->progress_lock);
+    int r = zmq_msg_init_size(&frame, a->rejoin_size);
+    if (r == 0)
+        memcpy(zmq_msg_data(&frame), a->rejoin, a->rejoin_size);
+    pthread_mutex_unlock(&a->progress_lock);
+    if (r == 0 && zmq_msg_send(&frame, a->control, ZMQ_DONTWAIT) < 0)
+        zmq_msg_close(&frame); /* the next try will do */
+}
+
+/* A heartbeat from ddpd: its settings, who left, and (while rejoining) that it has taken
+ * this member back. */
+static void agent_on_heartbeat(agent *a, agent_view *v, const Ddp__Envelope *env, uint64_t now) {
+    const Ddp__Heartbeat *hb = env->heartbeat;
+    v->interval = hb->interval_ms;
+    v->liveness = hb->liveness;
+    v->coordinator_pid = hb->coordinator_pid;
+    v->stall_limit_ms = hb->stall_timeout_ms;
+    for (size_t i = 0; i < hb->n_left; i++) /* checked below the world size */
+        atomic_store(&a->end.left[hb->left[i]], 1);
+    if (hb->stopping) {
+        if (!v->failed && !v->rejoin_since) {
+            char why[DDP_MAX_ENDPOINT + 64];
+            snprintf(why, sizeof(why), "ddpd at %s is stopping (a restart?)", a->coordinator);
+            if (!agent_begin_rejoin(a, v, now, why))
+                agent_fail(a, v, -ECONNABORTED,
+                           "%s, and this rank may not wait for the next (DDP_COORDINATOR_WAIT_MS=%d)", why,
+                           a->coordinator_wait_ms);
+        }
+        return;
+    }
+    pthread_mutex_lock(&a->progress_lock);
+    bool back = v->rejoin_since && env->generation == a->rejoin_generation;
+    pthread_mutex_unlock(&a->progress_lock);
+    if (!back)
+        return;
+    fprintf(stderr, "ddp: rejoined ddpd at %s after %.1f s\n", a->coordinator,
+            (double)(now - v->rejoin_since) / 1000.0);
+    v->rejoin_since = 0;
+    v->next_beat = now;
+    if (a->has_pending) { /* asked of the ddpd that went away: ask the new one */
+        zmq_msg_t copy;
+        zmq_msg_init(&copy);
+        zmq_msg_copy(&copy, &a->pending);
+        if (zmq_msg_send(&copy, a->control, ZMQ_DONTWAIT) < 0)
+            zmq_msg_close(&copy);
+    }
+}
+
+/* Reads what ddpd sent: heartbeats are the agent's, the rest goes to the caller. */
+static void agent_read_control(agent *a, agent_view *v) {
+    for (;;) {
+        agent_event *ev = calloc(1, sizeof(*ev));
+        if (!ev)
+            return;
+        int r = wire_recv(a->control, false, ZMQ_DONTWAIT, &ev->msg);
+        if (r == -EAGAIN || r == -EINTR || r == -ETERM) {
+            free(ev);
+            return;
+        }
+        if (r < 0) { /* ddpd broke the protocol: drop it, the caller's timeout still holds */
+            agent_event_free(ev);
+            continue;
+        }
+        uint64_t now = clock_now_ms();
+        const Ddp__Envelope *env = ev->msg.env;
+        v->heard = true;
+        v->last_heard = now;
+        if (a->has_pending && env->seq == a->pending_seq && env->type != DDP__MSG_TYPE__HEARTBEAT) {
+            zmq_msg_close(&a->pending); /* answered */
+            a->has_pending = false;
+        }
+        if (env->type == DDP__MSG_TYPE__HEARTBEAT) {
+            agent_on_heartbeat(a, v, env, now);
+            agent_event_free(ev);
+        } else if (env->type == DDP__MSG_TYPE__REJECT && v->rejoin_since && !v->failed) {
+            agent_fail(a, v, env->reject->code, "ddpd at %s restarted and would not take this rank back: %s",
+                       a->coordinator, env->reject->reason);
+            agent_event_free(ev);
+        } else
+            agent_post(a, ev);
+    }
+}
+
+/* Judges ddpd's silence: before it first answered, after, and while rejoining it. */
+static void agent_judge(agent *a, agent_view *v, uint64_t now) {
+    if (v->failed)
+        return;
+    if (v->rejoin_since) {
+        uint64_t away = now - v->rejoin_since, wait = (uint64_t)a->coordinator_wait_ms;
+        char why[DDP_MAX_ENDPOINT + 128];
+        snprintf(why, sizeof(why),
+                 "lost the coordinator at %s, and it did not come back within %d ms (DDP_COORDINATOR_WAIT_MS)",
+                 a->coordinator, a->coordinator_wait_ms);
+        if (away >= 2 * wait) /* asked to stop, the program did not: the job ends */
+            agent_fail(a, v, -ECONNABORTED, "%s, nor did the program stop in as long again", why);
+        else if (away >= wait && !atomic_load(&a->end.stop_asked)) {
+            fprintf(stderr, "ddp: %s: asking the program to stop (ddp_stop_requested)\n", why);
+            job_end_ask_stop(&a->end, why);
+        }
+        return;
+    }
+    if (!v->heard && now - v->start >= (uint64_t)a->connect_timeout_ms) {
+        agent_read_monitor(a);
+        unsigned ms = (unsigned)a->connect_timeout_ms;
+        if (a->handshake_failed == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+            agent_fail(a, v, -EHOSTUNREACH,
+                       "ddpd at %s refused this client's CURVE key (its --curve-users does not name it); no answer "
+                       "within %u ms",
+                       a->coordinator, ms);
+        else if (a->handshake_failed)
+            agent_fail(a, v, -EHOSTUNREACH,
+                       "ddpd at %s dropped the connection before it answered: one side speaks CURVE and the other "
+                       "not (DDP_CURVE_SERVER_KEY, DDP_CURVE_KEY); no answer within %u ms",
+                       a->coordinator, ms);
+        else
+            agent_fail(a, v, -EHOSTUNREACH, "no coordinator answered at %s within %u ms (is ddpd running there?)",
+                       a->coordinator, ms);
+        return;
+    }
+    uint64_t silent = now - v->last_heard;
+    if (!v->heard || silent <= (uint64_t)v->interval * v->liveness)
+        return;
+    char state[32];
+    /* ddpd on this host, silent but there (starved by a crowd of ranks, stopped): it is
+     * judged as it judges us, by its stall limit */
+    bool there = v->coordinator_pid && strncmp(a->coordinator, "ipc://", 6) == 0 &&
+                 process_state(v->coordinator_pid, state, sizeof(state)) == 0;
+    if (there && silent <= (uint64_t)v->stall_limit_ms)
+        return;
+    if (there) {
+        agent_fail(a, v, -ECONNABORTED,
+                   "the coordinator at %s (pid %u) stopped responding %.1f s ago (state %s; its --stall-timeout %u s)",
+                   a->coordinator, v->coordinator_pid, (double)silent / 1000.0, state, v->stall_limit_ms / 1000);
+        return;
+    }
+    char why[DDP_MAX_ENDPOINT + 64];
+    snprintf(why, sizeof(why), "lost the coordinator at %s: silent for %llu ms", a->coordinator,
+             (unsigned long long)silent);
+    if (!agent_begin_rejoin(a, v, now, why))
+        agent_fail(a, v, -ECONNABORTED, "%s", why);
+}
+
+/* The caller's command: a message to forward (and remember, for a request), or quit. */
+static bool agent_on_command(agent *a, const agent_view *v) {
+    zmq_msg_t cmd;
+    zmq_msg_init(&cmd);
+    if (zmq_msg_recv(&cmd, a->agent_pipe, 0) < 0) {
+        zmq_msg_close(&cmd);
+        return false;
+    }
+    char kind = zmq_msg_size(&cmd) ? *(const char *)zmq_msg_data(&cmd) : 0;
+    uint64_t seq = 0;
+    if (kind == AGENT_REQUEST && zmq_msg_size(&cmd) == 1 + sizeof(seq))
+        memcpy(&seq, (const char *)zmq_msg_data(&cmd) + 1, sizeof(seq));
+    zmq_msg_close(&cmd);
+    agent_forward(a, kind == AGENT_REQUEST, seq, v->rejoin_since != 0);
+    return kind == AGENT_QUIT;
+}
+
 static void *agent_main(void *arg) {
     agent *a = arg;
-    uint64_t start = clock_now_ms(), last_heard = 0, next_beat = start;
-    uint32_t interval = DDP_DEFAULT_HEARTBEAT_MS, liveness = DDP_DEFAULT_LIVENESS;
-    uint32_t coordinator_pid = 0, stall_limit_ms = 0; /* ddpd on this host says who it is */
-    bool heard = false, failed = false;
+    uint64_t start = clock_now_ms();
+    agent_view v = {
+        .start = start, .next_beat = start, .interval = DDP_DEFAULT_HEARTBEAT_MS, .liveness = DDP_DEFAULT_LIVENESS};
 
     for (;;) {
-        uint64_t deadline = next_beat;
-        if (!failed) {
-            uint64_t silence =
-                heard ? last_heard + (uint64_t)interval * liveness + 1 : start + (uint64_t)a->connect_timeout_ms;
-            if (silence > clock_now_ms()) /* past it, ddpd is stalled: judged again at each beat */
-                deadline = silence < deadline ? silence : deadline;
+        uint64_t now = clock_now_ms(), deadline = v.rejoin_since ? v.next_rejoin : v.next_beat;
+        if (!v.failed) {
+            uint64_t wait = (uint64_t)a->coordinator_wait_ms * (atomic_load(&a->end.stop_asked) ? 2 : 1);
+            uint64_t judge = v.rejoin_since ? v.rejoin_since + wait
+                             : v.heard      ? v.last_heard + (uint64_t)v.interval * v.liveness + 1
+                                            : v.start + (uint64_t)a->connect_timeout_ms;
+            if (judge > now) /* past it, ddpd is stalled: judged again at each beat */
+                deadline = judge < deadline ? judge : deadline;
         }
         uint64_t watchdog = agent_watchdog_deadline(a);
         deadline = watchdog < deadline ? watchdog : deadline;
         zmq_pollitem_t items[3] = {{.socket = a->control, .events = ZMQ_POLLIN},
                                    {.socket = a->agent_pipe, .events = ZMQ_POLLIN},
                                    {.fd = interrupt_fd, .events = ZMQ_POLLIN}};
-        int n = zmq_poll(items, failed || interrupt_fd < 0 ? 2 : 3, clock_ms_until(deadline));
+        int n = zmq_poll(items, v.failed || interrupt_fd < 0 ? 2 : 3, clock_ms_until(deadline));
         if (n < 0 && zmq_errno() == ETERM)
             break;
-        if (interrupted && !failed) { /* every wait on this group ends, with this reason */
-            agent_event *ev = calloc(1, sizeof(*ev));
-            if (ev) {
-                ev->failure = -EINTR;
-                snprintf(ev->text, sizeof(ev->text), "interrupted: the program called ddp_interrupt (a signal)");
-                agent_post(a, ev);
-            }
-            failed = true;
-        }
+        if (interrupted && !v.failed) /* every wait on this group ends, with this reason */
+            agent_fail(a, &v, -EINTR, "interrupted: the program called ddp_interrupt (a signal)");
+        if (n > 0 && (items[1].revents & ZMQ_POLLIN) && agent_on_command(a, &v))
+            break;
+        if (n > 0 && (items[0].revents & ZMQ_POLLIN))
+            agent_read_control(a, &v);
 
-        if (n > 0 && (items[1].revents & ZMQ_POLLIN)) {
-            char cmd = 0;
-            if (zmq_recv(a->agent_pipe, &cmd, 1, 0) >= 0) {
-                agent_forward(a);
-                if (cmd == AGENT_QUIT)
-                    break;
-            }
-        }
-        while (n > 0 && (items[0].revents & ZMQ_POLLIN)) {
-            agent_event *ev = calloc(1, sizeof(*ev));
-            if (!ev)
-                break;
-            int r = wire_recv(a->control, false, ZMQ_DONTWAIT, &ev->msg);
-            if (r == -EAGAIN || r == -EINTR || r == -ETERM) {
-                free(ev);
-                break;
-            }
-            if (r < 0) { /* ddpd broke the protocol: drop it, the caller's timeout still holds */
-                agent_event_free(ev);
-                continue;
-            }
-            heard = true;
-            last_heard = clock_now_ms();
-            if (ev->msg.env->type == DDP__MSG_TYPE__HEARTBEAT) {
-                interval = ev->msg.env->heartbeat->interval_ms;
-                liveness = ev->msg.env->heartbeat->liveness;
-                coordinator_pid = ev->msg.env->heartbeat->coordinator_pid;
-                stall_limit_ms = ev->msg.env->heartbeat->stall_timeout_ms;
-                for (size_t i = 0; i < ev->msg.env->heartbeat->n_left; i++) /* checked below the world size */
-                    atomic_store(&a->end.left[ev->msg.env->heartbeat->left[i]], 1);
-                agent_event_free(ev);
-                continue;
-            }
-            agent_post(a, ev);
-        }
-
-        uint64_t now = clock_now_ms();
-        if (now > deadline + interval) {
+        now = clock_now_ms();
+        if (now > deadline + v.interval) {
             /* This process did not run for a while (stopped, starved): ddpd's silence since
              * is not ddpd's. Beat at once and give it a whole window to answer; if the job
              * ended meanwhile, its answer says so. */
-            start = last_heard = now;
-            next_beat = now;
+            v.start = v.last_heard = now;
+            v.next_beat = v.next_rejoin = now;
         }
         if (now >= watchdog)
             agent_watchdog_fire(a, now);
-        if (now >= next_beat) {
-            agent_send_heartbeat(a, interval, liveness);
-            next_beat = now + interval;
+        if (v.rejoin_since && now >= v.next_rejoin) {
+            agent_send_rejoin(a);
+            v.next_rejoin = now + v.rejoin_gap;
+            v.rejoin_gap = v.rejoin_gap * 2 < v.interval ? v.rejoin_gap * 2 : v.interval;
+        } else if (!v.rejoin_since && now >= v.next_beat) {
+            agent_send_heartbeat(a, v.interval, v.liveness);
+            v.next_beat = now + v.interval;
         }
-        if (!failed && !heard && now - start >= (uint64_t)a->connect_timeout_ms) {
-            agent_read_monitor(a);
-            agent_post_failure(a, -EHOSTUNREACH,
-                               a->handshake_failed == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
-                                   ? "ddpd at %s refused this client's CURVE key (its --curve-users does not name "
-                                     "it); no answer within %u ms"
-                               : a->handshake_failed
-                                   ? "ddpd at %s dropped the connection before it answered: one side speaks CURVE "
-                                     "and the other not (DDP_CURVE_SERVER_KEY, DDP_CURVE_KEY); no answer within %u ms"
-                                   : "no coordinator answered at %s within %u ms (is ddpd running there?)",
-                               (unsigned)a->connect_timeout_ms);
-            failed = true;
-        } else if (!failed && heard && now - last_heard > (uint64_t)interval * liveness) {
-            char state[32];
-            /* ddpd on this host, silent but there (starved by a crowd of ranks, stopped): it
-             * is judged as it judges us, by its stall limit */
-            bool stalled = coordinator_pid && strncmp(a->coordinator, "ipc://", 6) == 0 &&
-                           process_state(coordinator_pid, state, sizeof(state)) == 0;
-            if (!stalled)
-                agent_post_failure(a, -ECONNABORTED, "lost the coordinator at %s: silent for %u ms",
-                                   (unsigned)(now - last_heard));
-            else if (now - last_heard > (uint64_t)stall_limit_ms) {
-                agent_event *ev = calloc(1, sizeof(*ev));
-                if (ev) {
-                    ev->failure = -ECONNABORTED;
-                    snprintf(ev->text, sizeof(ev->text),
-                             "the coordinator at %s (pid %u) stopped responding %.1f s ago (state %s; its "
-                             "--stall-timeout %u s)",
-                             a->coordinator, coordinator_pid, (double)(now - last_heard) / 1000.0, state,
-                             stall_limit_ms / 1000);
-                    agent_post(a, ev);
-                }
-            }
-            failed = !stalled || now - last_heard > (uint64_t)stall_limit_ms;
-        }
+        agent_judge(a, &v, now);
     }
 
     int linger = AGENT_LEAVE_LINGER_MS;
@@ -279,6 +421,9 @@ static void *agent_main(void *arg) {
     zmq_close(a->agent_pipe);
     if (a->monitor)
         zmq_close(a->monitor);
+    if (a->has_pending)
+        zmq_msg_close(&a->pending);
+    a->has_pending = false;
     return NULL;
 }
 
@@ -295,13 +440,17 @@ static void agent_routing_id(uint8_t *id, size_t size) {
 }
 
 int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms,
-                int watchdog_ms, const char *curve_server_key, const curve_keypair *own) {
+                int watchdog_ms, int coordinator_wait_ms, const char *curve_server_key, const curve_keypair *own) {
     pthread_once(&interrupt_once, interrupt_fd_make);
     static _Atomic unsigned long pipe_counter;
     char pipe_name[64];
     snprintf(pipe_name, sizeof(pipe_name), "inproc://ddp-agent-%lu", (unsigned long)pipe_counter++);
-    *a = (agent){.zmq_ctx = zmq_ctx, .connect_timeout_ms = connect_timeout_ms, .watchdog_ms = watchdog_ms};
+    *a = (agent){.zmq_ctx = zmq_ctx,
+                 .connect_timeout_ms = connect_timeout_ms,
+                 .watchdog_ms = watchdog_ms,
+                 .coordinator_wait_ms = coordinator_wait_ms};
     atomic_flag_clear(&a->end.raised);
+    atomic_flag_clear(&a->end.stop_taken);
     a->end.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (a->end.fd < 0)
         return -errno;
@@ -368,7 +517,13 @@ static int agent_command(agent *a, char cmd, const Ddp__Envelope *env, const voi
     zmq_msg_t frame;
     if (env)
         TRY(wire_pack(env, &frame));
-    if (zmq_send(a->pipe, &cmd, 1, (env ? ZMQ_SNDMORE : 0) | dontwait) < 0) {
+    char head[1 + sizeof(uint64_t)] = {cmd}; /* a request names its seq, which its answer echoes */
+    size_t head_size = 1;
+    if (cmd == AGENT_REQUEST) {
+        memcpy(head + 1, &env->seq, sizeof(env->seq));
+        head_size += sizeof(env->seq);
+    }
+    if (zmq_send(a->pipe, head, head_size, (env ? ZMQ_SNDMORE : 0) | dontwait) < 0) {
         int r = -errno;
         if (env)
             zmq_msg_close(&frame);
@@ -386,6 +541,29 @@ static int agent_command(agent *a, char cmd, const Ddp__Envelope *env, const voi
 
 int agent_send(agent *a, const Ddp__Envelope *env) {
     return agent_command(a, AGENT_FORWARD, env, NULL, 0);
+}
+
+int agent_request(agent *a, const Ddp__Envelope *env) {
+    return agent_command(a, AGENT_REQUEST, env, NULL, 0);
+}
+
+int agent_set_rejoin(agent *a, const Ddp__Envelope *rejoin) {
+    zmq_msg_t frame;
+    TRY(wire_pack(rejoin, &frame));
+    uint8_t *copy = malloc(zmq_msg_size(&frame));
+    if (!copy) {
+        zmq_msg_close(&frame);
+        return -ENOMEM;
+    }
+    memcpy(copy, zmq_msg_data(&frame), zmq_msg_size(&frame));
+    pthread_mutex_lock(&a->progress_lock);
+    free(a->rejoin);
+    a->rejoin = copy;
+    a->rejoin_size = zmq_msg_size(&frame);
+    a->rejoin_generation = rejoin->generation;
+    pthread_mutex_unlock(&a->progress_lock);
+    zmq_msg_close(&frame);
+    return 0;
 }
 
 int agent_send_payload(agent *a, const Ddp__Envelope *env, const void *payload, size_t bytes) {
@@ -427,6 +605,8 @@ void agent_stop(agent *a, const Ddp__Envelope *leave) {
     a->pipe = NULL;
     close(a->end.fd);
     a->end.fd = -1;
+    free(a->rejoin);
+    a->rejoin = NULL;
     pthread_mutex_destroy(&a->progress_lock);
     a->running = false;
 }

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <zmq.h>
+
 #include "common/curve_keys.h"
 #include "common/wire.h"
 #include "worker/libddp/job_end.h"
@@ -31,7 +33,18 @@ typedef struct {
     char coordinator[DDP_MAX_ENDPOINT + 1];
     char job[DDP_MAX_JOB_NAME + 1];
     int connect_timeout_ms;
-    int watchdog_ms; /* after the job's end, how long the caller may stay away from libddp; 0: no limit */
+    int watchdog_ms;         /* after the job's end, how long the caller may stay away from libddp; 0: no limit */
+    int coordinator_wait_ms; /* how long to rejoin a ddpd that went away (a restart); 0: the job ends at once */
+    /* What this member brings back to a ddpd that restarted (a packed rejoin, rejoin.c), and
+     * its generation; set by the caller once the job runs, under progress_lock */
+    uint8_t *rejoin;
+    size_t rejoin_size;
+    uint64_t rejoin_generation;
+    /* The caller's request that awaits ddpd's answer (the agent thread's): sent again to a
+     * ddpd that restarted before it answered */
+    zmq_msg_t pending;
+    bool has_pending;
+    uint64_t pending_seq;
     pthread_t thread;
     bool running;
     job_end end; /* raised when ddpd aborts the job or is lost: every wait watches it */
@@ -57,9 +70,15 @@ int agent_interrupt(void);
  * connection speaks CURVE with own's key pair. Once the job has ended, a caller that has
  * not called libddp within watchdog_ms (0: never mind) has its process ended. */
 int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *job, int connect_timeout_ms,
-                int watchdog_ms, const char *curve_server_key, const curve_keypair *own);
+                int watchdog_ms, int coordinator_wait_ms, const char *curve_server_key, const curve_keypair *own);
+/* What to bring back to a ddpd that restarted: a Join of this member's running job (its
+ * generation set); replaces the one before. Until there is one, a lost ddpd ends the job. */
+int agent_set_rejoin(agent *a, const Ddp__Envelope *rejoin);
 /* Sends env to ddpd through the agent, with one payload frame when bytes > 0. */
 int agent_send(agent *a, const Ddp__Envelope *env);
+/* The same for a request whose answer echoes env->seq: if ddpd restarts before it answers,
+ * the agent sends it again to the next one. */
+int agent_request(agent *a, const Ddp__Envelope *env);
 int agent_send_payload(agent *a, const Ddp__Envelope *env, const void *payload, size_t bytes);
 /* Waits up to timeout_ms for the next event; -ETIMEDOUT, -EINTR on a signal. */
 int agent_next(agent *a, int timeout_ms, agent_event **ret_event);

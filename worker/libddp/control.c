@@ -57,7 +57,7 @@ int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int
                   agent_event **ret_event) {
     if (g->failed)
         return g->failed;
-    int r = agent_send(&g->agent, env);
+    int r = agent_request(&g->agent, env);
     if (r < 0)
         return group_fail(g, r, "could not hand a %s request to the control thread: %s", wire_type_name(env->type),
                           error_string(r));

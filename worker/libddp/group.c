@@ -28,6 +28,7 @@ typedef struct {
     int world_size, rank, local_rank;
     int timeout_ms, join_timeout_ms, connect_timeout_ms;
     int watchdog_ms;              /* $DDP_WATCHDOG_MS: 0 for none */
+    int coordinator_wait_ms;      /* $DDP_COORDINATOR_WAIT_MS: 0 for none */
     const char *curve_server_key; /* $DDP_CURVE_SERVER_KEY: ddpd speaks CURVE; NULL: it does not */
     curve_keypair curve;          /* $DDP_CURVE_KEY's pair */
 } group_settings;
@@ -176,6 +177,8 @@ static int settings_resolve(const ddp_options *o, group_settings *s) {
         TRY(env_int("DDP_CONNECT_TIMEOUT_MS", 1, DDP_MAX_TIMEOUT_MS, &s->connect_timeout_ms));
     s->watchdog_ms = DDP_DEFAULT_WATCHDOG_MS;
     TRY(env_int("DDP_WATCHDOG_MS", 0, DDP_MAX_TIMEOUT_MS, &s->watchdog_ms));
+    s->coordinator_wait_ms = DDP_DEFAULT_COORDINATOR_WAIT_MS;
+    TRY(env_int("DDP_COORDINATOR_WAIT_MS", 0, DDP_MAX_TIMEOUT_MS, &s->coordinator_wait_ms));
     return 0;
 }
 
@@ -203,6 +206,7 @@ static void group_free(ddp_group *g) {
     free(g->data_keys);
     free(g->pids);
     free(g->here);
+    group_free_store_sets(g);
     for (size_t i = 0; g->ps_early && i < g->n_ps_buckets; i++)
         agent_event_free(g->ps_early[i]);
     free(g->ps_early);
@@ -239,8 +243,9 @@ static void group_waiting(void *ctx, int peer, const char *what) {
 
 /* Joins the job and waits for it to form; *ret_peers is the data plane's view of the others. */
 static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_peers) {
-    char host[DDP_MAX_HOST + 1];
-    group_host(host, sizeof(host));
+    group_host(g->host, sizeof(g->host));
+    snprintf(g->mode, sizeof(g->mode), "%s", s->mode);
+    char *host = g->host;
     Ddp__Join body = DDP__JOIN__INIT;
     body.world_size = (uint32_t)s->world_size;
     body.rank = s->rank;
@@ -377,7 +382,7 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         goto fail;
     }
     if ((r = agent_start(&g->agent, g->zmq_ctx, s.coordinator, s.job, s.connect_timeout_ms, s.watchdog_ms,
-                         s.curve_server_key, &s.curve)) < 0) {
+                         s.coordinator_wait_ms, s.curve_server_key, &s.curve)) < 0) {
         snprintf(init_error, sizeof(init_error), "cannot connect to the coordinator '%s': %s", s.coordinator,
                  r == -EINVAL ? "not a valid ZeroMQ endpoint" : error_string(r));
         goto fail;
@@ -391,6 +396,7 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
     }
     if (g->ps_socket[0] && strcmp(s.transport, "zmq") != 0)
         ps_client_share(g);
+    group_update_rejoin(g); /* from now on, a ddpd that restarts takes this rank back */
     *ret_group = g;
     return 0;
 fail:
@@ -462,6 +468,14 @@ DDP_EXPORT int ddp_job_status(ddp_group *g) {
     return group_fail(g, code, "%s", g->agent.end.text);
 }
 
+DDP_EXPORT int ddp_stop_requested(ddp_group *g) {
+    TRY(ddp_job_status(g));
+    job_end_told(&g->agent.end);
+    if (!atomic_load(&g->agent.end.stop_asked))
+        return 0;
+    return group_fail(g, -ECONNABORTED, "%s", g->agent.end.stop_text);
+}
+
 DDP_EXPORT int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s) {
     if (!g)
         return -EINVAL;
@@ -516,6 +530,7 @@ DDP_EXPORT int ddp_barrier(ddp_group *g) {
         return r;
     agent_event_free(ev);
     g->barrier_round++;
+    group_update_rejoin(g);
     return 0;
 }
 

@@ -16,6 +16,8 @@
 struct ddp_group {
     char coordinator[DDP_MAX_ENDPOINT + 1];
     char job[DDP_MAX_JOB_NAME + 1];
+    char mode[DDP_MAX_MODE + 1];
+    char host[DDP_MAX_HOST + 1];
     int rank, world_size, local_rank;
     int timeout_ms;
     uint64_t generation;
@@ -53,6 +55,11 @@ struct ddp_group {
     bool comm_busy; /* a request is running on it */
     bool stopping;
 
+    /* The store keys this rank set, with their values: what it brings back to a ddpd that
+     * restarted (rejoin.c) */
+    struct group_store_entry *store_sets;
+    size_t n_store_sets;
+
     /* ddp_alloc's memory where no peer reads it (ZeroMQ, or a world of one): ddp_free
      * frees only these, and ddp_finalize what is left */
     void **private_buffers;
@@ -61,6 +68,14 @@ struct ddp_group {
 
 /* Records err and its description as the group's last error; returns err. */
 int group_fail(ddp_group *g, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* rejoin.c: what this rank brings back to a ddpd that restarted under its running job. */
+/* Hands the agent this rank's rejoin as it stands (rank, generation, barriers, store keys):
+ * after the job forms, and after each change. A ps job has none: its sums die with ddpd. */
+void group_update_rejoin(ddp_group *g);
+/* Remembers a key this rank set (the last value wins), for the rejoin. */
+int group_note_store_set(ddp_group *g, const char *key, const void *value, size_t size);
+void group_free_store_sets(ddp_group *g);
 
 /* ps_client.c: with ddpd on this host, hands it this rank's push segment and maps its
  * average segment, so that pushes and averages skip the socket; where it cannot (another

@@ -19,6 +19,12 @@ typedef struct {
     _Atomic uint64_t at_ms;         /* when (clock_now_ms), for the watchdog */
     _Atomic int told;               /* the caller's thread has since been in libddp: it knows */
 
+    /* A stop asked of the program (its ddpd did not come back): the job still runs, so that
+     * the ranks can stop together at a step and keep a checkpoint */
+    atomic_flag stop_taken;
+    _Atomic int stop_asked;
+    char stop_text[DDP_MAX_REASON + 64];
+
     /* by rank: 1 once ddpd says it left */
     _Atomic unsigned char left[DDP_MAX_WORLD_SIZE];
 } job_end;
@@ -39,6 +45,14 @@ static inline void job_end_raise(job_end *e, int code, const char *text) {
     uint64_t one = 1;
     ssize_t w = write(e->fd, &one, sizeof(one));
     (void)w;
+}
+
+/* Asks the program to stop, once (later calls change nothing). */
+static inline void job_end_ask_stop(job_end *e, const char *text) {
+    if (atomic_flag_test_and_set(&e->stop_taken))
+        return;
+    snprintf(e->stop_text, sizeof(e->stop_text), "%s", text);
+    atomic_store(&e->stop_asked, 1); /* after the text */
 }
 
 /* The caller's thread is in libddp: if the job has ended, the call it is in returns the end

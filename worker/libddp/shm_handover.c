@@ -55,6 +55,10 @@ static int lead(comm *c, const int *local, int n_local, size_t bytes, int fd, ui
         int ready = poll(pfd, 2, clock_ms_until(deadline_ms));
         if ((r = comm_check_end(c)) < 0) /* a rank that failed will never come */
             break;
+        if (ready < 0 && errno == EINTR) { /* a signal: if it ends the job, the end says so next time round */
+            k--;
+            continue;
+        }
         int sock = ready > 0 ? accept4(listener, NULL, NULL, SOCK_CLOEXEC) : -1;
         fd_peer cred;
         if (sock < 0 || (r = fd_socket_peer(sock, &cred)) < 0) {

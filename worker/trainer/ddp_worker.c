@@ -80,8 +80,9 @@ static const config_spec worker_spec = {
     .n_options = sizeof(worker_table) / sizeof(worker_table[0]),
 };
 
-#define EXIT_FAILURE_RUN 1 /* training failed, or its metrics could not be written */
-#define EXIT_USAGE 2       /* the flags, the config file or the environment ask the impossible */
+#define EXIT_FAILURE_RUN 1       /* training failed, or its metrics could not be written */
+#define EXIT_USAGE 2             /* the flags, the config file or the environment ask the impossible */
+#define EXIT_COORDINATOR_GONE 75 /* EX_TEMPFAIL: ddpd went away; stopped with the checkpoint, run again */
 
 /* In training, the ranks agree to stop between steps and write the checkpoint. Before it
  * (joining, loading) there is nothing to keep, and on a second signal the user will not
@@ -153,6 +154,8 @@ int main(int argc, char **argv) {
         return 128 + trainer_stop_signal;
     if (r < 0)
         return t.usage_error ? EXIT_USAGE : EXIT_FAILURE_RUN;
-    /* Stopped by a signal, with the checkpoint written: not a finished run. */
+    /* Stopped by a signal or for a lost ddpd, with the checkpoint written: not a finished run. */
+    if (t.stopped_by == TRAINER_STOP_COORDINATOR)
+        return EXIT_COORDINATOR_GONE;
     return t.stopped_by ? 128 + t.stopped_by : 0;
 }

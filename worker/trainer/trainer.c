@@ -42,6 +42,8 @@ static int trainer_should_stop(trainer *t, bool *ret_stop) {
     if (t->step % TRAINER_STOP_CHECK_STEPS != 0)
         return 0;
     int32_t sig = trainer_stop_signal; /* the highest signal any rank saw: every rank exits with it */
+    if (!sig && ddp_stop_requested(t->g) == -ECONNABORTED) /* ddpd went away and did not come back */
+        sig = TRAINER_STOP_COORDINATOR;
     int r = ddp_all_reduce(t->g, &sig, 1, DDP_I32, DDP_MAX);
     if (r < 0)
         return trainer_fail(t, r, "agreeing whether to stop: %s", ddp_last_error(t->g));
@@ -274,7 +276,10 @@ int trainer_run(trainer *t) {
                 }
                 if ((r = resume_save(t)) < 0 || (r = resume_saved(t)) < 0)
                     return r;
-                if (t->rank == 0)
+                if (t->rank == 0 && t->stopped_by == TRAINER_STOP_COORDINATOR)
+                    printf("ddp-worker: stopped at step %llu, its coordinator gone%s\n", (unsigned long long)t->step,
+                           t->opts->checkpoint ? "; checkpoint written" : "");
+                else if (t->rank == 0)
                     printf("ddp-worker: stopped by a signal at step %llu%s\n", (unsigned long long)t->step,
                            t->opts->checkpoint ? "; checkpoint written" : "");
                 return 0;

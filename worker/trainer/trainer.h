@@ -92,6 +92,9 @@ extern volatile sig_atomic_t trainer_stop_signal;
 /* Set while trainer_run trains: a stop signal then waits for the ranks' agreement. */
 extern volatile sig_atomic_t trainer_training;
 #define TRAINER_STOP_CHECK_STEPS 8
+/* What the ranks stop on when ddpd went away and did not come back (ddp_stop_requested):
+ * above every signal's number; ddp-worker then exits EXIT_COORDINATOR_GONE. */
+#define TRAINER_STOP_COORDINATOR 1000
 
 int trainer_open(trainer *t, const worker_options *opts);
 /* Runs to the end (epochs or steps); 0 or a negative error with t->error set. */

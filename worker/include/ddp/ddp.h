@@ -156,6 +156,13 @@ int ddp_store_get(ddp_group *g, const char *key, void *buf, size_t size, size_t 
  * collective, a GPU kernel) to give up in time instead of at their own timeout. */
 int ddp_job_status(ddp_group *g);
 
+/* 0 while the job may go on; -ECONNABORTED, with ddp_last_error() saying why, once libddp
+ * asks the program to stop: its ddpd went away and did not come back within
+ * DDP_COORDINATOR_WAIT_MS. The job still runs (the ranks' collectives need no ddpd), so
+ * that the ranks can agree on a step, keep a checkpoint and leave; after as long again the
+ * job ends as after an abort. Also the job's end, as ddp_job_status. */
+int ddp_stop_requested(ddp_group *g);
+
 /* Tells ddpd how far this rank is (its heartbeats carry it to ddpctl status): a training
  * program calls it after each step. */
 int ddp_report_progress(ddp_group *g, unsigned long long step, double samples_per_s);

@@ -1,0 +1,101 @@
+/* What a rank brings back to a ddpd that restarted under its running job: a Join with the
+ * job's generation, its rank, the barriers it has completed and the store keys it set, so
+ * that the new ddpd can hold the job again as the members know it. The control thread
+ * sends it when ddpd goes away (agent.c); the rank keeps it up to date here. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/limits.h"
+#include "worker/libddp/group.h"
+
+struct group_store_entry {
+    char *key;
+    uint8_t *value;
+    size_t size;
+};
+
+/* What the store keys may add to a rejoin: it must stay a control message. */
+#define REJOIN_STORE_BYTES (DDP_MAX_ENVELOPE_BYTES / 2)
+
+int group_note_store_set(ddp_group *g, const char *key, const void *value, size_t size) {
+    struct group_store_entry *e = NULL;
+    for (size_t i = 0; i < g->n_store_sets && !e; i++)
+        if (strcmp(g->store_sets[i].key, key) == 0)
+            e = &g->store_sets[i];
+    uint8_t *copy = malloc(size ? size : 1);
+    if (!copy)
+        return -ENOMEM;
+    if (size)
+        memcpy(copy, value, size);
+    if (!e) {
+        struct group_store_entry *grown = realloc(g->store_sets, (g->n_store_sets + 1) * sizeof(*grown));
+        char *key_copy = strdup(key);
+        if (!grown || !key_copy) {
+            if (grown)
+                g->store_sets = grown;
+            free(key_copy);
+            free(copy);
+            return -ENOMEM;
+        }
+        g->store_sets = grown;
+        e = &g->store_sets[g->n_store_sets++];
+        *e = (struct group_store_entry){.key = key_copy};
+    }
+    free(e->value);
+    e->value = copy;
+    e->size = size;
+    return 0;
+}
+
+void group_free_store_sets(ddp_group *g) {
+    for (size_t i = 0; i < g->n_store_sets; i++) {
+        free(g->store_sets[i].key);
+        free(g->store_sets[i].value);
+    }
+    free(g->store_sets);
+    g->store_sets = NULL;
+    g->n_store_sets = 0;
+}
+
+void group_update_rejoin(ddp_group *g) {
+    if (g->n_ps_buckets || g->world_size < 1)
+        return;
+    Ddp__StoreSet *entries = calloc(g->n_store_sets ? g->n_store_sets : 1, sizeof(*entries));
+    Ddp__StoreSet **list = calloc(g->n_store_sets ? g->n_store_sets : 1, sizeof(*list));
+    if (!entries || !list) { /* the rejoin before this one stays */
+        free(entries);
+        free(list);
+        return;
+    }
+    size_t n = 0, bytes = 0;
+    for (size_t i = 0; i < g->n_store_sets; i++) {
+        bytes += strlen(g->store_sets[i].key) + g->store_sets[i].size + 16;
+        if (bytes > REJOIN_STORE_BYTES) /* the rest is not restored: a get of it waits for a set */
+            break;
+        ddp__store_set__init(&entries[n]);
+        entries[n].key = g->store_sets[i].key;
+        entries[n].value.data = g->store_sets[i].value;
+        entries[n].value.len = g->store_sets[i].size;
+        list[n] = &entries[n];
+        n++;
+    }
+    Ddp__Join body = DDP__JOIN__INIT;
+    body.world_size = (uint32_t)g->world_size;
+    body.rank = g->rank;
+    body.mode = g->mode;
+    body.pid = (uint32_t)getpid();
+    body.host = g->host;
+    body.data_endpoint = g->data_endpoint;
+    body.data_key = g->data_key;
+    body.generation = g->generation;
+    body.barrier_round = g->barrier_round;
+    body.store = list;
+    body.n_store = n;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, g->job, g->rank, g->generation, 0);
+    env.join = &body;
+    agent_set_rejoin(&g->agent, &env);
+    free(entries);
+    free(list);
+}

@@ -1003,7 +1003,9 @@ static void server_handle(server *s, wire_msg *msg, int r) {
             m->waiting_on = hb->waiting_on;
             m->waiting_since_ms = clock_now_ms() - hb->waiting_ms;
             snprintf(m->waiting_in, sizeof(m->waiting_in), "%s", hb->waiting_in);
-        }
+        } else if (msg->env->generation) /* a member of a job this ddpd never held: it restarted */
+            server_send_error(s, msg, -ENOENT, "heartbeat: ddpd does not hold job '%s' (generation %llu): rejoin it",
+                              msg->env->job, (unsigned long long)msg->env->generation);
         break;
     case DDP__MSG_TYPE__LEAVE:
         server_on_leave(s, msg);

@@ -267,9 +267,11 @@ START_TEST(test_status_table_and_json) {
 END_TEST
 
 /* ddpd restarts under a running job (SIGTERM, then SIGKILL: a crash): the members go on
- * with their barriers, rejoin the next ddpd at the same endpoint, which takes the job back
- * with its generation and its store, and gives the next job the next generation; members
- * whose ddpd does not come back stop when their wait runs out, saying so. */
+ * with their barriers (in shared memory, then through ddpd: DDP_TRANSPORT=zmq, where a
+ * barrier the old ddpd never answered is asked of the new one), rejoin the next ddpd at
+ * the same endpoint, which takes the job back with its generation and its store, and gives
+ * the next job the next generation; members whose ddpd does not come back stop when their
+ * wait runs out, saying so. */
 START_TEST(test_ddpd_restart) {
     char dir[64], listen[128], state[96], line[512];
     snprintf(dir, sizeof(dir), "/tmp/ddp-restart-%d", (int)getpid());
@@ -278,15 +280,24 @@ START_TEST(test_ddpd_restart) {
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     ck_assert_int_eq(mkdir(state, 0700), 0);
     const char *flags[] = {"--listen", listen, "--state-dir", state, NULL};
-    const char *args[] = {"--barriers", "50", "--late-ms", "40", "--keep-key", "1", NULL};
     ddpd_proc d;
     ddpd_start(&d, flags);
     for (int crash = 0; crash < 2; crash++) {
         char job[32];
         snprintf(job, sizeof(job), "restart-%d", crash);
+        const char *args[] = {"/usr/bin/env",
+                              crash ? "DDP_TRANSPORT=zmq" : "DDP_TRANSPORT=auto",
+                              MEMBER_PATH,
+                              "--barriers",
+                              "50",
+                              "--late-ms",
+                              "40",
+                              "--keep-key",
+                              "1",
+                              NULL};
         proc m[2];
         for (int r = 0; r < 2; r++)
-            member_start(&m[r], &d, 2, r, job, args);
+            rank_start(&m[r], &d, 2, r, job, args);
         for (int r = 0; r < 2; r++)
             ck_assert_msg(proc_expect(&m[r], "barrier 3 ok", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
         if (crash) {

@@ -252,6 +252,18 @@ static void agent_on_heartbeat(agent *a, agent_view *v, const Ddp__Envelope *env
     }
 }
 
+/* ddpd does not know this member, answering a heartbeat or a request: it restarted before
+ * its silence showed. Rejoins it (true), unless this member has no job to bring back. */
+static bool agent_unknown(agent *a, agent_view *v, const Ddp__Envelope *env, uint64_t now) {
+    if (v->failed || (env->seq && !(a->has_pending && env->seq == a->pending_seq)))
+        return false;
+    if (v->rejoin_since)
+        return true;
+    char why[DDP_MAX_ENDPOINT + 64];
+    snprintf(why, sizeof(why), "ddpd at %s does not know this rank (it restarted)", a->coordinator);
+    return agent_begin_rejoin(a, v, now, why);
+}
+
 /* Reads what ddpd sent: heartbeats are the agent's, the rest goes to the caller. */
 static void agent_read_control(agent *a, agent_view *v) {
     for (;;) {
@@ -271,6 +283,10 @@ static void agent_read_control(agent *a, agent_view *v) {
         const Ddp__Envelope *env = ev->msg.env;
         v->heard = true;
         v->last_heard = now;
+        if (env->type == DDP__MSG_TYPE__ERROR && env->error->code == -ENOENT && agent_unknown(a, v, env, now)) {
+            agent_event_free(ev); /* held: asked again once ddpd takes this member back */
+            continue;
+        }
         if (a->has_pending && env->seq == a->pending_seq && env->type != DDP__MSG_TYPE__HEARTBEAT) {
             zmq_msg_close(&a->pending); /* answered */
             a->has_pending = false;

@@ -3,6 +3,7 @@
  * the real thing (wire_pack, checkpoint_write, zlib), so that they stay true to it.
  *   make_seeds CORPUS_DIR */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,8 +70,10 @@ typedef struct {
 } message;
 
 /* The control messages of a ps job of two: join, heartbeat, barrier, the store, a status
- * request, a gradient push, a leave, for rank r. */
-static size_t control_messages(int r, message *out) {
+ * request, a gradient push, a leave, for rank r. With rejoin, of a ddp job at generation 5
+ * instead, whose members rejoin a ddpd that restarted, bringing a store key. */
+static size_t control_messages(int r, bool rejoin, message *out) {
+    uint64_t gen = rejoin ? 5 : 1;
     static const uint64_t buckets[] = {4};
     static const float grads[4] = {1, 2, 3, 4};
     size_t n = 0;
@@ -85,7 +88,18 @@ static size_t control_messages(int r, message *out) {
     join.data_key = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID";
     join.ps_buckets = (uint64_t *)buckets;
     join.n_ps_buckets = 1;
-    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "fuzz", r, 0, 1);
+    Ddp__StoreSet kept = DDP__STORE_SET__INIT, *kept_list[] = {&kept};
+    if (rejoin) {
+        join.mode = "ddp";
+        join.n_ps_buckets = 0;
+        join.generation = gen;
+        join.barrier_round = 2;
+        kept.key = "kept";
+        kept.value = (ProtobufCBinaryData){4, (uint8_t *)"kept"};
+        join.store = kept_list;
+        join.n_store = 1;
+    }
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, rejoin ? "fuzz-rejoin" : "fuzz", r, rejoin ? gen : 0, 1);
     env.join = &join;
     out[n].env_size = pack(&env, &out[n].env), n++;
 
@@ -96,19 +110,19 @@ static size_t control_messages(int r, message *out) {
     beat.waiting = 1;
     beat.waiting_on = 1 - r;
     beat.waiting_in = "all_reduce #1";
-    wire_envelope_init(&env, DDP__MSG_TYPE__HEARTBEAT, "fuzz", r, 1, 2);
+    wire_envelope_init(&env, DDP__MSG_TYPE__HEARTBEAT, rejoin ? "fuzz-rejoin" : "fuzz", r, gen, 2);
     env.heartbeat = &beat;
     out[n].env_size = pack(&env, &out[n].env), n++;
 
     Ddp__Barrier barrier = DDP__BARRIER__INIT;
-    wire_envelope_init(&env, DDP__MSG_TYPE__BARRIER, "fuzz", r, 1, 3);
+    wire_envelope_init(&env, DDP__MSG_TYPE__BARRIER, rejoin ? "fuzz-rejoin" : "fuzz", r, gen, 3);
     env.barrier = &barrier;
     out[n].env_size = pack(&env, &out[n].env), n++;
 
     Ddp__StoreSet set = DDP__STORE_SET__INIT;
     set.key = "k";
     set.value = (ProtobufCBinaryData){2, (uint8_t *)"v1"};
-    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_SET, "fuzz", r, 1, 4);
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_SET, rejoin ? "fuzz-rejoin" : "fuzz", r, gen, 4);
     env.store_set = &set;
     out[n].env_size = pack(&env, &out[n].env), n++;
 
@@ -117,13 +131,13 @@ static size_t control_messages(int r, message *out) {
     wait.keys = keys;
     wait.n_keys = 2;
     wait.timeout_ms = 50;
-    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_WAIT, "fuzz", r, 1, 5);
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_WAIT, rejoin ? "fuzz-rejoin" : "fuzz", r, gen, 5);
     env.store_wait = &wait;
     out[n].env_size = pack(&env, &out[n].env), n++;
 
     Ddp__StoreGet get = DDP__STORE_GET__INIT;
     get.key = "k";
-    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_GET, "fuzz", r, 1, 6);
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_GET, rejoin ? "fuzz-rejoin" : "fuzz", r, gen, 6);
     env.store_get = &get;
     out[n].env_size = pack(&env, &out[n].env), n++;
 
@@ -134,13 +148,13 @@ static size_t control_messages(int r, message *out) {
 
     Ddp__GradPush push = DDP__GRAD_PUSH__INIT;
     push.bucket = 0;
-    wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_PUSH, "fuzz", r, 1, 8);
+    wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_PUSH, rejoin ? "fuzz-rejoin" : "fuzz", r, gen, 8);
     env.grad_push = &push;
     out[n].env_size = pack(&env, &out[n].env);
     out[n].payload = grads, out[n].payload_size = sizeof(grads), n++;
 
     Ddp__Leave leave = DDP__LEAVE__INIT;
-    wire_envelope_init(&env, DDP__MSG_TYPE__LEAVE, "fuzz", r, 1, 9);
+    wire_envelope_init(&env, DDP__MSG_TYPE__LEAVE, rejoin ? "fuzz-rejoin" : "fuzz", r, gen, 9);
     env.leave = &leave;
     out[n].env_size = pack(&env, &out[n].env), n++;
     return n;
@@ -151,26 +165,10 @@ static void put_len12(seed *s, size_t n) { /* fuzz_ddpd's frame length: 12 bits 
     put_byte(s, (uint8_t)((n >> 8) & 0x0f));
 }
 
-static void envelope_and_ddpd_seeds(void) {
+static void ddpd_seed(bool rejoin, const char *name) {
     message m[2][16];
-    size_t n = control_messages(0, m[0]);
-    control_messages(1, m[1]);
-    for (size_t i = 0; i < n; i++) { /* fuzz_envelope: one message each */
-        seed s = {.size = 0};
-        put_byte(&s, m[0][i].payload ? 1 : 0); /* frames - 1 */
-        if (m[0][i].payload) {
-            put_byte(&s, (uint8_t)(m[0][i].env_size & 0xff));
-            put_byte(&s, (uint8_t)(m[0][i].env_size >> 8));
-            put(&s, m[0][i].env, m[0][i].env_size);
-            put(&s, m[0][i].payload, m[0][i].payload_size);
-        } else {
-            put(&s, m[0][i].env, m[0][i].env_size);
-        }
-        char name[32];
-        snprintf(name, sizeof(name), "message-%02zu", i);
-        save("fuzz_envelope", name, s.bytes, s.size);
-    }
-    /* fuzz_ddpd: both ranks join (the job forms), then each message of each in turn */
+    size_t n = control_messages(0, rejoin, m[0]);
+    control_messages(1, rejoin, m[1]);
     seed s = {.size = 0};
     for (size_t i = 0; i < n; i++)
         for (int r = 0; r < 2; r++) {
@@ -183,10 +181,35 @@ static void envelope_and_ddpd_seeds(void) {
                 put(&s, m[r][i].payload, m[r][i].payload_size);
             }
         }
-    save("fuzz_ddpd", "ps-job", s.bytes, s.size);
+    save("fuzz_ddpd", name, s.bytes, s.size);
     for (int r = 0; r < 2; r++)
         for (size_t i = 0; i < n; i++)
             free(m[r][i].env);
+}
+
+static void envelope_and_ddpd_seeds(void) {
+    message m[16];
+    size_t n = control_messages(0, false, m);
+    for (size_t i = 0; i < n; i++) { /* fuzz_envelope: one message each */
+        seed s = {.size = 0};
+        put_byte(&s, m[i].payload ? 1 : 0); /* frames - 1 */
+        if (m[i].payload) {
+            put_byte(&s, (uint8_t)(m[i].env_size & 0xff));
+            put_byte(&s, (uint8_t)(m[i].env_size >> 8));
+            put(&s, m[i].env, m[i].env_size);
+            put(&s, m[i].payload, m[i].payload_size);
+        } else {
+            put(&s, m[i].env, m[i].env_size);
+        }
+        char name[32];
+        snprintf(name, sizeof(name), "message-%02zu", i);
+        save("fuzz_envelope", name, s.bytes, s.size);
+        free(m[i].env);
+    }
+    /* fuzz_ddpd: both ranks join (the job forms), then each message of each in turn; and
+     * the members of a running job rejoining a ddpd that restarted, then going on */
+    ddpd_seed(false, "ps-job");
+    ddpd_seed(true, "rejoin");
 }
 
 /* fuzz_frame: a frame and the recv that takes it, a mismatched one, a stale one. */

@@ -148,6 +148,15 @@ int wire_peer_credentials(const wire_msg *msg, uint32_t *ret_uid, uint32_t *ret_
     return wire_address_credentials(msg->peer, ret_uid, ret_pid);
 }
 
+bool wire_peer_loopback(const wire_msg *msg) {
+    return wire_address_loopback(msg->peer);
+}
+
+bool wire_address_loopback(const char *address) {
+    return strncmp(address, "127.", 4) == 0 || strcmp(address, "::1") == 0 ||
+           strncmp(address, "::ffff:127.", 11) == 0 || strcmp(address, "localhost") == 0;
+}
+
 int wire_address_credentials(const char *address, uint32_t *ret_uid, uint32_t *ret_pid) {
     /* "HOST:UID:GID:PID": the last three fields */
     const char *end = address + strlen(address);

@@ -63,6 +63,10 @@ void wire_msg_close(wire_msg *msg);
 int wire_peer_credentials(const wire_msg *msg, uint32_t *ret_uid, uint32_t *ret_pid);
 /* The same from a Peer-Address (or a ZAP request's address) itself. */
 int wire_address_credentials(const char *address, uint32_t *ret_uid, uint32_t *ret_pid);
+/* Whether a TCP peer (msg->peer), or an address or host, is this host's loopback: a
+ * process on this host, as far as the network can tell. */
+bool wire_peer_loopback(const wire_msg *msg);
+bool wire_address_loopback(const char *address);
 
 /* Validates a decoded envelope carrying n_payload payload frames. Fills err on failure. */
 int wire_validate(const Ddp__Envelope *env, size_t n_payload, char *err, size_t err_size);

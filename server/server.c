@@ -75,10 +75,9 @@ static void server_send_heartbeats(server *s, const job *j, const job_member *on
     body.stopping = stopping;
     body.interval_ms = (uint32_t)s->opts.heartbeat_ms;
     body.liveness = (uint32_t)s->opts.liveness;
-    if (s->local) { /* the members share this host, and its /proc */
-        body.coordinator_pid = (uint32_t)getpid();
-        body.stall_timeout_ms = (uint32_t)s->opts.stall_timeout * 1000u;
-    }
+    /* for members on this host (a Unix socket, loopback TCP), who can see it in /proc */
+    body.coordinator_pid = (uint32_t)getpid();
+    body.stall_timeout_ms = (uint32_t)s->opts.stall_timeout * 1000u;
     uint32_t left[DDP_MAX_WORLD_SIZE];
     for (size_t i = 0; j->state == JOB_RUNNING && i < j->n_members; i++)
         if (j->members[i].left)
@@ -439,6 +438,9 @@ static void server_on_join(server *s, const wire_msg *msg) {
     uint32_t peer_uid, peer_pid;
     if (s->local && wire_peer_credentials(msg, &peer_uid, &peer_pid) == 0)
         m.local_pid = peer_pid; /* the kernel's: a stall can be told from a death */
+    else if (!s->local && wire_peer_loopback(msg))
+        m.local_pid = jn->pid; /* on this host over loopback TCP, by its own word: a wrong one only keeps its own
+                                  job waiting, up to the stall limit */
     snprintf(m.host, sizeof(m.host), "%s", jn->host);
     snprintf(m.endpoint, sizeof(m.endpoint), "%s", jn->data_endpoint);
     snprintf(m.data_key, sizeof(m.data_key), "%s", jn->data_key);

@@ -912,6 +912,23 @@ START_TEST(test_stalled_member) {
                   "%s", proc_output(&d.p));
     ck_assert_msg(proc_expect(&d.p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
 
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    /* the same over loopback TCP, where the member's word says which process it is */
+    const char *tcp_flags[] = {"--heartbeat-ms", "200", "--liveness", "3", "--stall-timeout", "2", NULL};
+    ddpd_start(&d, tcp_flags);
+    for (int r = 0; r < 2; r++)
+        member_start(&m[r], &d, 2, r, "stall-tcp", args);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&m[r], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+    proc_signal(&m[1], SIGSTOP);
+    usleep(1500 * 1000);
+    proc_signal(&m[1], SIGCONT);
+    all_exit_ok(m, 2);
+    ck_assert_msg(proc_expect(&d.p, "its process T: stopped", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    ddpd_start(&d, flags);
+
     /* stopped past the stall limit: the job ends, naming the member and its state */
     for (int r = 0; r < 2; r++)
         member_start(&m[r], &d, 2, r, "stall-2", args);

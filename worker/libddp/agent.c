@@ -345,8 +345,8 @@ static void agent_judge(agent *a, agent_view *v, uint64_t now) {
     char state[32];
     /* ddpd on this host, silent but there (starved by a crowd of ranks, stopped): it is
      * judged as it judges us, by its stall limit */
-    bool there = v->coordinator_pid && strncmp(a->coordinator, "ipc://", 6) == 0 &&
-                 process_state(v->coordinator_pid, state, sizeof(state)) == 0;
+    bool there =
+        v->coordinator_pid && a->coordinator_here && process_state(v->coordinator_pid, state, sizeof(state)) == 0;
     if (there && silent <= (uint64_t)v->stall_limit_ms)
         return;
     if (there) {
@@ -443,6 +443,26 @@ static void *agent_main(void *arg) {
     return NULL;
 }
 
+/* Whether the coordinator runs on this host (a Unix socket, loopback TCP): then its pid,
+ * which its heartbeats give, says whether it is there. */
+static bool coordinator_on_this_host(const char *endpoint) {
+    if (strncmp(endpoint, "ipc://", 6) == 0)
+        return true;
+    if (strncmp(endpoint, "tcp://", 6) != 0)
+        return false;
+    char host[DDP_MAX_ENDPOINT + 1];
+    snprintf(host, sizeof(host), "%s", endpoint + 6);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = '\0';
+    const char *h = host;
+    if (h[0] == '[') { /* [::1] */
+        h++;
+        host[strlen(host) - 1] = '\0';
+    }
+    return wire_address_loopback(h);
+}
+
 static void agent_routing_id(uint8_t *id, size_t size) {
     FILE *f = fopen("/dev/urandom", "rb");
     size_t got = f ? fread(id, 1, size, f) : 0;
@@ -473,6 +493,7 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     pthread_mutex_init(&a->progress_lock, NULL);
     a->waiting_on = -1;
     snprintf(a->coordinator, sizeof(a->coordinator), "%s", coordinator);
+    a->coordinator_here = coordinator_on_this_host(coordinator);
     snprintf(a->job, sizeof(a->job), "%s", job);
 
     int r = 0;

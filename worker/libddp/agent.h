@@ -31,6 +31,7 @@ typedef struct {
     void *monitor;        /* the control socket's handshake failures (a CURVE key ddpd refused) */
     int handshake_failed; /* the last one's ZMQ_EVENT_*, 0: none */
     char coordinator[DDP_MAX_ENDPOINT + 1];
+    bool coordinator_here; /* on this host: its pid tells whether it is there */
     char job[DDP_MAX_JOB_NAME + 1];
     int connect_timeout_ms;
     int watchdog_ms;         /* after the job's end, how long the caller may stay away from libddp; 0: no limit */

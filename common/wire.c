@@ -343,6 +343,8 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
               (unsigned long long)total, DDP_MAX_PS_ELEMENTS);
         CHECK(strcmp(j->mode, "ps") != 0 || j->n_ps_buckets > 0, "join: ps mode without a bucket layout");
         CHECK(!j->generation || j->rank >= 0, "rejoin: without a rank");
+        CHECK(j->n_ps_steps == 0 || j->n_ps_steps == j->n_ps_buckets, "rejoin: %zu ps steps for %zu buckets",
+              j->n_ps_steps, j->n_ps_buckets);
         CHECK(j->n_store <= DDP_MAX_STORE_KEYS, "rejoin: %zu store keys exceed %d", j->n_store, DDP_MAX_STORE_KEYS);
         for (size_t i = 0; i < j->n_store; i++) {
             CHECK(wire_text_valid(j->store[i]->key, DDP_MAX_STORE_KEY, false), "rejoin: invalid store key");

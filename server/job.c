@@ -33,6 +33,8 @@ job *job_new(const char *name, const char *mode, uint32_t world_size, const uint
 void job_free(job *j) {
     if (!j)
         return;
+    for (size_t i = 0; i < j->n_members; i++)
+        free(j->members[i].ps_steps);
     store_waits_clear(&j->waits);
     store_clear(&j->store);
     ps_shm_close(&j->shm);
@@ -81,7 +83,7 @@ int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t 
 }
 
 int job_check_rejoin(const job *j, uint64_t generation, uint32_t world_size, const char *mode, int32_t rank,
-                     char *reason, size_t reason_size) {
+                     const uint64_t *ps_layout, size_t n_ps_layout, char *reason, size_t reason_size) {
     if (!j->recovering || j->generation != generation) {
         snprintf(reason, reason_size,
                  "job '%s' here is %s (generation %llu): this rank's generation %llu did not outlive ddpd's restart",
@@ -89,9 +91,10 @@ int job_check_rejoin(const job *j, uint64_t generation, uint32_t world_size, con
                  (unsigned long long)generation);
         return -ESTALE;
     }
-    if (world_size != j->world_size || strcmp(mode, j->mode) != 0) {
-        snprintf(reason, reason_size, "world size %u and mode '%s' differ from job '%s''s (%u, '%s')", world_size, mode,
-                 j->name, j->world_size, j->mode);
+    if (world_size != j->world_size || strcmp(mode, j->mode) != 0 || n_ps_layout != j->n_ps_layout ||
+        (n_ps_layout && memcmp(ps_layout, j->ps_layout, n_ps_layout * sizeof(uint64_t)) != 0)) {
+        snprintf(reason, reason_size, "world size %u, mode '%s' and buckets differ from job '%s''s (%u, '%s')",
+                 world_size, mode, j->name, j->world_size, j->mode);
         return -EINVAL;
     }
     for (size_t i = 0; i < j->n_members; i++)
@@ -103,8 +106,47 @@ int job_check_rejoin(const job *j, uint64_t generation, uint32_t world_size, con
     return 0;
 }
 
+int job_recover(job *j, uint64_t generation, uint64_t barrier_round, const uint64_t *ps_steps, size_t n_ps_steps) {
+    j->state = JOB_RUNNING;
+    j->generation = generation;
+    j->barrier_round = barrier_round;
+    j->recovering = true;
+    if (!j->n_ps_layout)
+        return 0;
+    TRY(ps_init(&j->ps, j->ps_layout, j->n_ps_layout, j->world_size));
+    for (size_t b = 0; b < n_ps_steps && b < j->n_ps_layout; b++)
+        j->ps.buckets[b].step = ps_steps[b];
+    return 0;
+}
+
+int job_ps_resolve(job *j, bool *behind, char *reason, size_t reason_size) {
+    for (size_t b = 0; b < j->ps.n_buckets; b++) {
+        uint64_t ahead = 0;
+        for (size_t i = 0; i < j->n_members; i++)
+            ahead = j->members[i].ps_steps && j->members[i].ps_steps[b] > ahead ? j->members[i].ps_steps[b] : ahead;
+        for (size_t i = 0; i < j->n_members; i++) {
+            const job_member *m = &j->members[i];
+            uint64_t at = m->ps_steps ? m->ps_steps[b] : ahead;
+            behind[(size_t)m->rank * j->ps.n_buckets + b] = at < ahead;
+            if (at + 1 < ahead || (at < ahead && !m->ps_shared)) {
+                snprintf(reason, reason_size,
+                         "bucket %zu: rank %d is at step %llu, another at step %llu: the average between went with "
+                         "the ddpd that restarted",
+                         b, m->rank, (unsigned long long)at, (unsigned long long)ahead);
+                return -ESTALE;
+            }
+        }
+        j->ps.buckets[b].step = ahead;
+    }
+    return 0;
+}
+
 void job_recovered(job *j) {
     qsort(j->members, j->n_members, sizeof(job_member), job_member_rank_cmp);
+    for (size_t i = 0; i < j->n_members; i++) {
+        free(j->members[i].ps_steps);
+        j->members[i].ps_steps = NULL;
+    }
     j->recovering = false;
 }
 

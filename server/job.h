@@ -31,6 +31,10 @@ typedef struct {
     uint64_t join_seq;            /* echoed in the Welcome */
     uint32_t local_pid;           /* the kernel's pid of its connection when on this host (ipc://), else 0 */
     char stalled[32]; /* silent past the liveness window, its process still here: its state ("T: stopped") */
+    /* a rejoin's ps state, until the job has recovered: the step of each bucket, and whether
+     * it read averages in the old ddpd's segment */
+    uint64_t *ps_steps;
+    bool ps_shared;
     uint64_t last_heard_ms;
     bool left;
     bool at_barrier;
@@ -79,7 +83,16 @@ int job_check_join(const job *j, uint32_t world_size, const char *mode, int32_t 
 /* Checks that a rejoin (a member of a running job, back after ddpd restarted) fits this
  * recovering job: the same generation, world size and mode, its rank not back yet. */
 int job_check_rejoin(const job *j, uint64_t generation, uint32_t world_size, const char *mode, int32_t rank,
-                     char *reason, size_t reason_size);
+                     const uint64_t *ps_layout, size_t n_ps_layout, char *reason, size_t reason_size);
+/* Makes a new job (its first member rejoining) the running job it was: generation, barriers
+ * done, and in ps mode its buckets at the steps the member is at. */
+int job_recover(job *j, uint64_t generation, uint64_t barrier_round, const uint64_t *ps_steps, size_t n_ps_steps);
+/* Once every rank is back: where each ps bucket is. A rank may be one step behind the
+ * others (the ddpd that went away sent the average to them and not to it): with the old
+ * segment still mapped it reads it there, so behind[rank * n_buckets + bucket] says whom
+ * to tell. Further apart, or one behind without the segment, the average is lost: -ESTALE
+ * with reason. */
+int job_ps_resolve(job *j, bool *behind, char *reason, size_t reason_size);
 /* Every rank is back: members in rank order again, the job no longer recovering. */
 void job_recovered(job *j);
 int job_add_member(job *j, const job_member *m);

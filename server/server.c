@@ -306,9 +306,9 @@ static int server_member_of(server *s, const wire_msg *msg, job **ret_job, job_m
             (idx = job_find_member(s->jobs[i], msg->identity, msg->identity_size)) >= 0)
             j = s->jobs[i];
     if (idx < 0) {
-        server_send_error(s, msg, -ENOENT, "%s: not a member of a job '%s' (it ended, or this process never joined)",
+        server_send_error(s, msg, -ENXIO, "%s: not a member of a job '%s' (it ended, or this process never joined)",
                           wire_type_name(env->type), env->job);
-        return -ENOENT;
+        return -ENXIO;
     }
     if (j->state != JOB_RUNNING && env->type != DDP__MSG_TYPE__LEAVE) {
         server_send_error(s, msg, -EPROTO, "%s: job '%s' is still forming", wire_type_name(env->type), env->job);
@@ -340,6 +340,44 @@ static bool server_is_member(server *s, const uint8_t *identity, size_t identity
 
 /* ---- requests --------------------------------------------------------------------- */
 
+/* Every rank is back after ddpd restarted: settles the ps buckets (a rank one step behind
+ * the others reads the average it missed in the old ddpd's segment, which it still maps:
+ * it is told so), then tells every rank that it is back, with a heartbeat. */
+static void server_finish_recovery(server *s, job *j) {
+    if (j->n_ps_layout) {
+        char reason[DDP_MAX_REASON];
+        size_t n = j->ps.n_buckets;
+        bool *behind = calloc((size_t)j->world_size * n, sizeof(bool));
+        int r = behind ? job_ps_resolve(j, behind, reason, sizeof(reason)) : -ENOMEM;
+        if (r < 0) {
+            free(behind);
+            server_abort_job(s, j, -1, -ECONNABORTED, r == -ENOMEM ? "ddpd is out of memory" : reason);
+            return;
+        }
+        for (size_t i = 0; i < j->n_members; i++)
+            for (size_t b = 0; b < n; b++) {
+                if (!behind[(size_t)j->members[i].rank * n + b])
+                    continue;
+                Ddp__GradAvg body = DDP__GRAD_AVG__INIT;
+                body.step = j->ps.buckets[b].step - 1;
+                body.bucket = (uint32_t)b;
+                body.shared = true;
+                Ddp__Envelope env;
+                wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
+                env.grad_avg = &body;
+                server_send(s, j->members[i].identity, j->members[i].identity_size, &env);
+                log_info(
+                    "job '%s': rank %d missed the average of bucket %zu, step %llu: it reads it in the old segment",
+                    j->name, j->members[i].rank, b, (unsigned long long)body.step);
+            }
+        free(behind);
+    }
+    job_recovered(j);
+    server_send_heartbeats(s, j, NULL, false);
+    log_warn("job '%s' (generation %llu) recovered: every rank is back after ddpd restarted", j->name,
+             (unsigned long long)j->generation);
+}
+
 static void server_on_join(server *s, const wire_msg *msg) {
     const Ddp__Envelope *env = msg->env;
     const Ddp__Join *jn = env->join;
@@ -348,7 +386,8 @@ static void server_on_join(server *s, const wire_msg *msg) {
     job_member *other_member;
     if (server_is_member(s, msg->identity, msg->identity_size, &other, &other_member)) {
         if (jn->generation && jn->generation == other->generation && strcmp(env->job, other->name) == 0) {
-            server_send_heartbeats(s, other, other_member, false); /* a rejoin sent again: it is back */
+            if (!other->recovering) /* a rejoin sent again: it is back */
+                server_send_heartbeats(s, other, other_member, false);
             return;
         }
         snprintf(reason, sizeof(reason), "this connection already joined job '%s'", other->name);
@@ -363,12 +402,9 @@ static void server_on_join(server *s, const wire_msg *msg) {
         n_members += s->jobs[i]->n_members;
     int r = 0;
     bool rejoin = jn->generation != 0; /* a member of a running job, back after ddpd restarted */
-    if (rejoin && jn->n_ps_buckets) {
-        snprintf(reason, sizeof(reason),
-                 "job '%s' is a ps job: the sums ddpd held for it are gone with the ddpd that restarted", env->job);
-        r = -ENOTSUP;
-    } else if (j && rejoin)
-        r = job_check_rejoin(j, jn->generation, jn->world_size, jn->mode, jn->rank, reason, sizeof(reason));
+    if (j && rejoin)
+        r = job_check_rejoin(j, jn->generation, jn->world_size, jn->mode, jn->rank, jn->ps_buckets, jn->n_ps_buckets,
+                             reason, sizeof(reason));
     else if (j)
         r = job_check_join(j, jn->world_size, jn->mode, jn->rank, jn->ps_buckets, jn->n_ps_buckets, reason,
                            sizeof(reason));
@@ -412,10 +448,12 @@ static void server_on_join(server *s, const wire_msg *msg) {
         j->owner = uid;
         s->jobs[s->n_jobs++] = j;
         if (rejoin) { /* running already: its ranks come back one by one */
-            j->state = JOB_RUNNING;
-            j->generation = jn->generation;
-            j->barrier_round = jn->barrier_round;
-            j->recovering = true;
+            if (job_recover(j, jn->generation, jn->barrier_round, jn->ps_steps, jn->n_ps_steps) < 0) {
+                server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, -ENOMEM,
+                                   "out of memory for the job's gradient buckets");
+                server_remove_job(s, j);
+                return;
+            }
             j->recover_deadline_ms =
                 clock_now_ms() + (uint64_t)s->opts.heartbeat_ms * (uint64_t)s->opts.liveness + DDP_RECOVER_GRACE_MS;
             server_note_generation(s, jn->generation);
@@ -444,29 +482,33 @@ static void server_on_join(server *s, const wire_msg *msg) {
     snprintf(m.host, sizeof(m.host), "%s", jn->host);
     snprintf(m.endpoint, sizeof(m.endpoint), "%s", jn->data_endpoint);
     snprintf(m.data_key, sizeof(m.data_key), "%s", jn->data_key);
-    if ((r = job_add_member(j, &m)) < 0) {
+    if (rejoin && jn->n_ps_steps) { /* where its buckets are: settled once every rank is back */
+        m.ps_shared = jn->ps_shared;
+        if ((m.ps_steps = malloc(jn->n_ps_steps * sizeof(uint64_t))))
+            memcpy(m.ps_steps, jn->ps_steps, jn->n_ps_steps * sizeof(uint64_t));
+        else
+            r = -ENOMEM;
+    }
+    if (r < 0 || (r = job_add_member(j, &m)) < 0) {
+        free(m.ps_steps);
         server_send_reject(s, msg->identity, msg->identity_size, env->job, env->seq, r, error_string(r));
         if (j->n_members == 0)
             server_remove_job(s, j);
         return;
     }
-    /* Answer at once so the worker learns our heartbeat interval before we judge it; a
-     * rejoin learns from it that it is back. */
-    server_send_heartbeats(s, j, &j->members[j->n_members - 1], false);
-    if (rejoin) {
+    if (rejoin) {                                /* answered once every rank is back (server_finish_recovery) */
         for (size_t i = 0; i < jn->n_store; i++) /* the keys it set: the store as the members knew it */
             if (store_set(&j->store, jn->store[i]->key, jn->store[i]->value.data, jn->store[i]->value.len) < 0)
                 log_warn("job '%s': rank %d's store key '%.64s' did not fit back", j->name, jn->rank,
                          jn->store[i]->key);
         log_info("job '%s': rank %d (pid %u on %s) is back (%zu/%u)", j->name, m.rank, m.pid, m.host, j->n_members,
                  j->world_size);
-        if (job_complete(j)) {
-            job_recovered(j);
-            log_warn("job '%s' (generation %llu) recovered: every rank is back after ddpd restarted", j->name,
-                     (unsigned long long)j->generation);
-        }
+        if (job_complete(j))
+            server_finish_recovery(s, j);
         return;
     }
+    /* Answer at once so the worker learns our heartbeat interval before we judge it. */
+    server_send_heartbeats(s, j, &j->members[j->n_members - 1], false);
     log_info("job '%s': pid %u on %s joined (%zu/%u)", j->name, m.pid, m.host, j->n_members, j->world_size);
     if (job_complete(j))
         server_form_job(s, j);
@@ -1006,7 +1048,7 @@ static void server_handle(server *s, wire_msg *msg, int r) {
             m->waiting_since_ms = clock_now_ms() - hb->waiting_ms;
             snprintf(m->waiting_in, sizeof(m->waiting_in), "%s", hb->waiting_in);
         } else if (msg->env->generation) /* a member of a job this ddpd never held: it restarted */
-            server_send_error(s, msg, -ENOENT, "heartbeat: ddpd does not hold job '%s' (generation %llu): rejoin it",
+            server_send_error(s, msg, -ENXIO, "heartbeat: ddpd does not hold job '%s' (generation %llu): rejoin it",
                               msg->env->job, (unsigned long long)msg->env->generation);
         break;
     case DDP__MSG_TYPE__LEAVE:
@@ -1147,7 +1189,8 @@ void server_tick(server *s) {
     uint64_t now = clock_now_ms();
     if (now >= s->next_heartbeat_ms) {
         for (size_t i = 0; i < s->n_jobs; i++)
-            server_send_heartbeats(s, s->jobs[i], NULL, false);
+            if (!s->jobs[i]->recovering) /* a rejoined member hears ddpd once every rank is back */
+                server_send_heartbeats(s, s->jobs[i], NULL, false);
         s->next_heartbeat_ms = now + (uint64_t)s->opts.heartbeat_ms;
     }
     for (size_t i = s->n_jobs; i-- > 0;)
@@ -1242,9 +1285,7 @@ void server_shutdown(server *s, const char *reason) {
                 server_send_reject(s, j->members[k].identity, j->members[k].identity_size, j->name,
                                    j->members[k].join_seq, -ESHUTDOWN, reason);
             server_remove_job(s, j);
-        } else if (j->n_ps_layout) /* its sums live here: it cannot outlive ddpd */
-            server_abort_job(s, j, -1, -ESHUTDOWN, reason);
-        else { /* ddp and dp never need ddpd between steps: they go on, and rejoin the next */
+        } else { /* ddp and dp never need ddpd between steps, ps pauses: they rejoin the next */
             log_info("job '%s' (generation %llu) goes on without ddpd; its members will rejoin the next one", j->name,
                      (unsigned long long)j->generation);
             server_send_heartbeats(s, j, NULL, true);

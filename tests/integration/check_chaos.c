@@ -7,7 +7,8 @@
  *     read-only for a while).
  * At the end the final parameters must equal, bit for bit, those of the same job run
  * without faults (the data order follows from the seed and the step), and the logs must
- * name every fault with its cause. Three seeds in a row; DDP_CHAOS_SEED picks the first. */
+ * name every fault with its cause. Three seeds in a row, in mode ddp for an even seed and
+ * ps (whose sums ddpd holds) for an odd one; DDP_CHAOS_SEED picks the first. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -58,9 +59,9 @@ static void teardown(void) {
 }
 
 /* The training both runs do; the checkpoint at path, resumed when there is one. */
-static void worker_argv(const char **argv, size_t *n, const char *path) {
-    const char *args[] = {DDP_WORKER_PATH, "--data",       dir,  "--model",  MODEL, "--batch-size", "128", "--steps",
-                          "8000",          "--checkpoint", path, "--resume", NULL};
+static void worker_argv(const char **argv, size_t *n, const char *mode, const char *path) {
+    const char *args[] = {DDP_WORKER_PATH, "--data",       dir,  "--model",  MODEL,    "--batch-size", "128", "--steps",
+                          "8000",          "--checkpoint", path, "--resume", "--mode", mode,           NULL};
     _Static_assert(STEPS == 8000, "--steps above");
     for (size_t i = 0; args[i]; i++)
         argv[(*n)++] = args[i];
@@ -178,8 +179,12 @@ static void fill_the_disk(proc *p) {
         chmod(ckpt_dir, 0700);
 }
 
+static const char *mode_of(unsigned seed) {
+    return seed % 2 ? "ps" : "ddp";
+}
+
 static void chaos_run(unsigned seed, const float *expected) {
-    printf("chaos seed %u (DDP_CHAOS_SEED=%u reruns it)\n", seed, seed);
+    printf("chaos seed %u (DDP_CHAOS_SEED=%u reruns it), mode %s\n", seed, seed, mode_of(seed));
     fflush(stdout);
     char ckpt[128], job[32];
     snprintf(ckpt, sizeof(ckpt), "%s/chaos-%u.ckpt", ckpt_dir, seed);
@@ -190,7 +195,7 @@ static void chaos_run(unsigned seed, const float *expected) {
     const char *argv[48] = {DDP_RUN_PATH, "-n", WORLD, "--coordinator", listen_ep, "--job", job, "--max-restarts", "3",
                             "--verbose",  "--"};
     size_t n = 11;
-    worker_argv(argv, &n, ckpt);
+    worker_argv(argv, &n, mode_of(seed), ckpt);
     proc p;
     proc_start(&p, argv, NULL);
 
@@ -248,25 +253,30 @@ static void chaos_run(unsigned seed, const float *expected) {
     unlink(ckpt);
 }
 
-START_TEST(test_chaos) {
-    /* the same job without faults: the parameters every chaos run must end with */
+/* The same job without faults, in mode: the parameters every chaos run must end with. */
+static void reference_run(const char *mode, float *params) {
     char reference[128];
-    snprintf(reference, sizeof(reference), "%s/reference.ckpt", dir);
+    snprintf(reference, sizeof(reference), "%s/reference-%s.ckpt", dir, mode);
     const char *argv[48] = {DDP_RUN_PATH, "-n", WORLD, "--"};
     size_t n = 4;
-    worker_argv(argv, &n, reference);
+    worker_argv(argv, &n, mode, reference);
     proc p;
     proc_start(&p, argv, NULL);
     ck_assert_msg(proc_wait(&p, 4 * WAIT_MS) == 0, "%s", proc_output(&p));
     proc_close(&p);
-    float *expected = malloc(N_PARAMS * sizeof(float));
-    read_params(reference, expected);
+    read_params(reference, params);
+}
 
+START_TEST(test_chaos) {
+    float *expected[2] = {malloc(N_PARAMS * sizeof(float)), malloc(N_PARAMS * sizeof(float))};
+    reference_run(mode_of(0), expected[0]);
+    reference_run(mode_of(1), expected[1]);
     const char *given = getenv("DDP_CHAOS_SEED");
     unsigned first = given && *given ? (unsigned)strtoul(given, NULL, 10) : (unsigned)time(NULL) % 100000;
     for (unsigned k = 0; k < SEEDS; k++)
-        chaos_run(first + k, expected);
-    free(expected);
+        chaos_run(first + k, expected[(first + k) % 2]);
+    free(expected[0]);
+    free(expected[1]);
 }
 END_TEST
 

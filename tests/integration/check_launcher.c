@@ -129,6 +129,30 @@ START_TEST(test_signal_forwarded) {
 }
 END_TEST
 
+/* A crowd on two cores: ranks starting together starve one another (and ddpd) past a
+ * short liveness window; they must be held stalled, never declared dead, and the job must
+ * form and finish (issue 15: 128 ranks failed one run in two, 256 every time). */
+START_TEST(test_crowd_is_not_dead) {
+#ifdef DDP_SANITIZED
+    const char *n = "64"; /* each process carries the sanitizers' memory */
+#else
+    const char *n = "128";
+#endif
+    const char *argv[] = {DDP_RUN_PATH, "-n", n, "--", MEMBER_PATH, "--barriers", "3", NULL};
+    const char *env[] = {"DDPD_HEARTBEAT_MS=100", NULL}; /* the private ddpd's window: 300 ms */
+    proc p;
+    proc_start(&p, argv, env);
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s", proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), " died") && !strstr(proc_output(&p), "lost the coordinator"), "%s",
+                  proc_output(&p));
+    int finalized = 0;
+    for (const char *s = proc_output(&p); (s = strstr(s, "] finalized")); s++)
+        finalized++;
+    ck_assert_int_eq(finalized, atoi(n));
+    proc_close(&p);
+}
+END_TEST
+
 START_TEST(test_sigkill_after_grace) {
     /* Ranks that ignore SIGTERM (as a busy trainer might) are killed once the grace ends. */
     const char *script = "trap '' TERM; exec \"$0\" --barriers 2 --hang-at 0";
@@ -433,6 +457,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_first_failure_stops_the_rest);
     tcase_add_loop_test(tc, test_signal_forwarded, 0, 2);
     tcase_add_test(tc, test_sigkill_after_grace);
+    tcase_add_test(tc, test_crowd_is_not_dead);
     tcase_add_test(tc, test_given_coordinator);
     tcase_add_test(tc, test_environment);
     tcase_add_test(tc, test_socket_directory_removed);

@@ -293,8 +293,7 @@ START_TEST(test_coordinator_restart_and_loss) {
     ddpd_start(&d, flags);
     for (int r = 0; r < 2; r++)
         ck_assert_msg(proc_expect(&w[r], "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", proc_output(&w[r]));
-    ck_assert_msg(proc_expect(&d.p, "job 'lab' (generation 1) recovered", WAIT_MS, NULL, 0), "%s",
-                  proc_output(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "job 'lab' (generation 1) recovered", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
 
     ck_assert_int_eq(ddpd_stop(&d), 0); /* for good */
     for (int r = 0; r < 2; r++)
@@ -304,14 +303,14 @@ START_TEST(test_coordinator_restart_and_loss) {
     unsigned long long step = strtoull(strstr(line, "at step ") + 8, NULL, 10);
     ck_assert_uint_eq(read_info(ckpt).step, step);
     const char *asked = "asking the program to stop (ddp_stop_requested)"; /* the first to ask stops them all */
-    ck_assert_msg(strstr(proc_output(&w[0]), asked) || strstr(proc_output(&w[1]), asked), "%s\n%s",
-                  proc_output(&w[0]), proc_output(&w[1]));
+    ck_assert_msg(strstr(proc_output(&w[0]), asked) || strstr(proc_output(&w[1]), asked), "%s\n%s", proc_output(&w[0]),
+                  proc_output(&w[1]));
     for (int r = 0; r < 2; r++)
         proc_close(&w[r]);
 
     /* back: the next job (generation 2) resumes where they stopped */
     ddpd_start(&d, flags);
-    const char *more[] = {DDP_WORKER_PATH, "--data", dir,  "--model",    MODEL, "--batch-size", "32", "--epochs",
+    const char *more[] = {DDP_WORKER_PATH, "--data",       dir,  "--model",  MODEL, "--batch-size", "32", "--epochs",
                           "100000",        "--checkpoint", ckpt, "--resume", NULL};
     for (int r = 0; r < 2; r++)
         rank_start(&w[r], &d, 2, r, "lab", more);
@@ -328,6 +327,54 @@ START_TEST(test_coordinator_restart_and_loss) {
         proc_close(&w[r]);
     }
     ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* A ps job, whose sums ddpd holds, through a ddpd crash (SIGKILL) and a restart: the ranks
+ * rejoin with the step each bucket is at and push again what had no average yet, in
+ * shared memory and over ZeroMQ, and end with the checkpoint of a run without the crash,
+ * byte for byte. */
+START_TEST(test_ps_through_ddpd_restart) {
+    char reference[128], ckpt[128], listen[128], state[128];
+    path_in_dir(reference, sizeof(reference), "ps-reference.ckpt");
+    path_in_dir(ckpt, sizeof(ckpt), "ps.ckpt");
+    snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", dir);
+    path_in_dir(state, sizeof(state), "state");
+    ck_assert_int_eq(mkdir(state, 0700), 0);
+    const char *plain[] = {"--mode", "ps", "--steps", "2000", "--checkpoint", reference, NULL};
+    proc p;
+    ck_assert_msg(train(&p, 2, plain) == 0, "%s", proc_output(&p));
+    proc_close(&p);
+    size_t expected_size, size;
+    char *expected = read_bytes(reference, &expected_size);
+    const char *flags[] = {"--listen", listen, "--state-dir", state, NULL};
+    for (int round = 0; round < 4; round++) {
+        const char *transport = round % 2 ? "DDP_TRANSPORT=zmq" : "DDP_TRANSPORT=auto";
+        int sig = round < 2 ? SIGKILL : SIGTERM;
+        ddpd_proc d;
+        ddpd_start(&d, flags);
+        const char *argv[] = {
+            DDP_RUN_PATH, "-n",      "2",       "--coordinator", listen,         "--",          DDP_WORKER_PATH,
+            "--data",     dir,       "--model", MODEL,           "--batch-size", "32",          "--mode",
+            "ps",         "--steps", "2000",    "--checkpoint",  ckpt,           "--overwrite", NULL};
+        const char *env[] = {transport, "DDP_TIMEOUT_MS=20000", NULL};
+        proc_start(&p, argv, env);
+        ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+        proc_signal(&d.p, sig);
+        proc_wait(&d.p, WAIT_MS);
+        proc_close(&d.p);
+        ddpd_start(&d, flags);
+        ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s: %s", transport, proc_output(&p));
+        assert_output(&p, "rejoined ddpd at");
+        ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+        proc_close(&p);
+        ck_assert_int_eq(ddpd_stop(&d), 0);
+        char *got = read_bytes(ckpt, &size);
+        ck_assert_msg(size == expected_size && memcmp(got, expected, size) == 0,
+                      "%s, ddpd killed by signal %d: the checkpoint differs from the run without it", transport, sig);
+        free(got);
+    }
+    free(expected);
 }
 END_TEST
 
@@ -578,6 +625,7 @@ int main(int argc, char **argv) {
     tcase_add_test(resume, test_checkpoint_keep);
     TCase *coordinator = add_case(s, tcase_create("coordinator"));
     tcase_add_test(coordinator, test_coordinator_restart_and_loss);
+    tcase_add_test(coordinator, test_ps_through_ddpd_restart);
     TCase *root = add_case(s, tcase_create("as-root"));
     tcase_add_test(root, test_device_nodes);
     tcase_add_test(root, test_checkpoint_disk_full);

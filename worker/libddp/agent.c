@@ -16,7 +16,17 @@
 
 #define AGENT_FORWARD 'F'
 #define AGENT_QUIT 'Q'
-#define AGENT_REQUEST 'R'          /* forward, and remember until answered: [R, seq] */
+#define AGENT_REQUEST 'R' /* forward, and remember until answered: [R, seq] */
+#define AGENT_PUSH 'P'    /* a ps push, remembered until its average comes: [P, bucket] */
+
+struct agent_pushes {
+    size_t n;
+    char *segment;         /* the push segment, or NULL: this rank pushes frames */
+    size_t *offset, *size; /* each bucket's place in it */
+    zmq_msg_t *env, *payload;
+    bool *saved, *framed; /* a push of the bucket awaits its average; it came with a payload */
+    bool frames;          /* since a rejoin: the new ddpd holds no segment, every push is a frame */
+};
 #define AGENT_LEAVE_LINGER_MS 2000 /* how long a Leave may take to go out at exit */
 
 static void agent_post(agent *a, agent_event *ev) {
@@ -104,6 +114,116 @@ static void agent_forward(agent *a, bool remember, uint64_t seq, bool held) {
             zmq_msg_close(&frame);
             dropping = true;
         }
+    }
+}
+
+static void agent_push_forget(struct agent_pushes *p, size_t b) {
+    if (!p->saved[b])
+        return;
+    zmq_msg_close(&p->env[b]);
+    if (p->framed[b])
+        zmq_msg_close(&p->payload[b]);
+    p->saved[b] = p->framed[b] = false;
+}
+
+static void agent_pushes_free(struct agent_pushes *p) {
+    if (!p)
+        return;
+    for (size_t b = 0; p->saved && p->framed && b < p->n; b++)
+        agent_push_forget(p, b);
+    free(p->offset);
+    free(p->size);
+    free(p->env);
+    free(p->payload);
+    free(p->saved);
+    free(p->framed);
+    free(p);
+}
+
+/* Sends a push (consuming env and payload, which may be NULL: its data is in the push
+ * segment). After a rejoin such a push goes as a frame: the new ddpd holds no segment. */
+static void agent_send_push(agent *a, zmq_msg_t *env, zmq_msg_t *payload, uint32_t bucket) {
+    struct agent_pushes *p = a->pushes;
+    zmq_msg_t data;
+    if (!payload && p && p->frames && p->segment && bucket < p->n) {
+        Ddp__Envelope *e = ddp__envelope__unpack(NULL, zmq_msg_size(env), zmq_msg_data(env));
+        zmq_msg_t repacked;
+        if (e && e->grad_push) {
+            e->grad_push->shared = 0;
+            if (wire_pack(e, &repacked) == 0) {
+                zmq_msg_close(env);
+                zmq_msg_init(env);
+                zmq_msg_move(env, &repacked);
+            }
+        }
+        if (e)
+            ddp__envelope__free_unpacked(e, NULL);
+        /* the bucket stays as it is until its average comes: ZeroMQ may read it till then */
+        zmq_msg_init_data(&data, p->segment + p->offset[bucket], p->size[bucket], NULL, NULL);
+        payload = &data;
+    }
+    if (zmq_msg_send(env, a->control, (payload ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(env);
+        if (payload)
+            zmq_msg_close(payload);
+        return; /* the pull's timeout says so */
+    }
+    if (payload && zmq_msg_send(payload, a->control, ZMQ_DONTWAIT) < 0)
+        zmq_msg_close(payload);
+}
+
+/* A push from the caller: kept until its average comes, sent unless ddpd is away (held):
+ * then it goes to the next ddpd once that has taken this member back. */
+static void agent_forward_push(agent *a, uint32_t bucket, bool held) {
+    zmq_msg_t env, payload;
+    zmq_msg_init(&env);
+    zmq_msg_init(&payload);
+    if (zmq_msg_recv(&env, a->agent_pipe, 0) < 0) {
+        zmq_msg_close(&env);
+        return;
+    }
+    bool framed = zmq_msg_more(&env);
+    if (framed && zmq_msg_recv(&payload, a->agent_pipe, 0) < 0)
+        framed = false;
+    struct agent_pushes *p = a->pushes;
+    if (p && bucket < p->n) {
+        agent_push_forget(p, bucket);
+        zmq_msg_init(&p->env[bucket]);
+        zmq_msg_copy(&p->env[bucket], &env);
+        if (framed) {
+            zmq_msg_init(&p->payload[bucket]);
+            zmq_msg_copy(&p->payload[bucket], &payload);
+        }
+        p->saved[bucket] = true;
+        p->framed[bucket] = framed;
+    }
+    if (held) {
+        zmq_msg_close(&env);
+        zmq_msg_close(&payload);
+        return;
+    }
+    agent_send_push(a, &env, framed ? &payload : NULL, bucket);
+    if (!framed)
+        zmq_msg_close(&payload);
+}
+
+/* After a rejoin: every push that has no average yet goes again, to the new ddpd. */
+static void agent_send_pushes_again(agent *a) {
+    struct agent_pushes *p = a->pushes;
+    if (!p)
+        return;
+    p->frames = true;
+    for (size_t b = 0; b < p->n; b++) {
+        if (!p->saved[b])
+            continue;
+        zmq_msg_t env, payload;
+        zmq_msg_init(&env);
+        zmq_msg_copy(&env, &p->env[b]);
+        if (p->framed[b]) {
+            zmq_msg_init(&payload);
+            zmq_msg_copy(&payload, &p->payload[b]);
+        }
+        agent_send_push(a, &env, p->framed[b] ? &payload : NULL, (uint32_t)b);
     }
 }
 
@@ -250,12 +370,15 @@ static void agent_on_heartbeat(agent *a, agent_view *v, const Ddp__Envelope *env
         if (zmq_msg_send(&copy, a->control, ZMQ_DONTWAIT) < 0)
             zmq_msg_close(&copy);
     }
+    agent_send_pushes_again(a);
 }
 
-/* ddpd does not know this member, answering a heartbeat or a request: it restarted before
- * its silence showed. Rejoins it (true), unless this member has no job to bring back. */
-static bool agent_unknown(agent *a, agent_view *v, const Ddp__Envelope *env, uint64_t now) {
-    if (v->failed || (env->seq && !(a->has_pending && env->seq == a->pending_seq)))
+/* ddpd does not know this member (-ENXIO), answering a heartbeat, a request or a push: it
+ * restarted before its silence showed. Rejoins it (true: the message was the agent's to
+ * take; the request is asked again and the push sent again once it is back), unless this
+ * member has no job to bring back. */
+static bool agent_unknown(agent *a, agent_view *v, uint64_t now) {
+    if (v->failed)
         return false;
     if (v->rejoin_since)
         return true;
@@ -283,10 +406,12 @@ static void agent_read_control(agent *a, agent_view *v) {
         const Ddp__Envelope *env = ev->msg.env;
         v->heard = true;
         v->last_heard = now;
-        if (env->type == DDP__MSG_TYPE__ERROR && env->error->code == -ENOENT && agent_unknown(a, v, env, now)) {
+        if (env->type == DDP__MSG_TYPE__ERROR && env->error->code == -ENXIO && agent_unknown(a, v, now)) {
             agent_event_free(ev); /* held: asked again once ddpd takes this member back */
             continue;
         }
+        if (env->type == DDP__MSG_TYPE__GRAD_AVG && a->pushes && env->grad_avg->bucket < a->pushes->n)
+            agent_push_forget(a->pushes, env->grad_avg->bucket); /* answered */
         if (a->has_pending && env->seq == a->pending_seq && env->type != DDP__MSG_TYPE__HEARTBEAT) {
             zmq_msg_close(&a->pending); /* answered */
             a->has_pending = false;
@@ -372,10 +497,16 @@ static bool agent_on_command(agent *a, const agent_view *v) {
     }
     char kind = zmq_msg_size(&cmd) ? *(const char *)zmq_msg_data(&cmd) : 0;
     uint64_t seq = 0;
+    uint32_t bucket = UINT32_MAX;
     if (kind == AGENT_REQUEST && zmq_msg_size(&cmd) == 1 + sizeof(seq))
         memcpy(&seq, (const char *)zmq_msg_data(&cmd) + 1, sizeof(seq));
+    if (kind == AGENT_PUSH && zmq_msg_size(&cmd) == 1 + sizeof(bucket))
+        memcpy(&bucket, (const char *)zmq_msg_data(&cmd) + 1, sizeof(bucket));
     zmq_msg_close(&cmd);
-    agent_forward(a, kind == AGENT_REQUEST, seq, v->rejoin_since != 0);
+    if (kind == AGENT_PUSH)
+        agent_forward_push(a, bucket, v->rejoin_since != 0);
+    else
+        agent_forward(a, kind == AGENT_REQUEST, seq, v->rejoin_since != 0);
     return kind == AGENT_QUIT;
 }
 
@@ -548,18 +679,18 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     return r;
 }
 
-static int agent_command(agent *a, char cmd, const Ddp__Envelope *env, const void *payload, size_t bytes) {
+/* The command frame: cmd, then what it names (a request's seq, a push's bucket). */
+static int agent_command_with(agent *a, char cmd, const void *named, size_t named_size, const Ddp__Envelope *env,
+                              const void *payload, size_t bytes) {
     /* The agent always drains its pipe, so only a quit may block: it must get through. */
     int dontwait = cmd == AGENT_QUIT ? 0 : ZMQ_DONTWAIT;
     zmq_msg_t frame;
     if (env)
         TRY(wire_pack(env, &frame));
-    char head[1 + sizeof(uint64_t)] = {cmd}; /* a request names its seq, which its answer echoes */
-    size_t head_size = 1;
-    if (cmd == AGENT_REQUEST) {
-        memcpy(head + 1, &env->seq, sizeof(env->seq));
-        head_size += sizeof(env->seq);
-    }
+    char head[1 + sizeof(uint64_t)] = {cmd};
+    size_t head_size = 1 + (named_size <= sizeof(uint64_t) ? named_size : 0);
+    if (head_size > 1)
+        memcpy(head + 1, named, head_size - 1);
     if (zmq_send(a->pipe, head, head_size, (env ? ZMQ_SNDMORE : 0) | dontwait) < 0) {
         int r = -errno;
         if (env)
@@ -576,12 +707,37 @@ static int agent_command(agent *a, char cmd, const Ddp__Envelope *env, const voi
     return 0;
 }
 
+static int agent_command(agent *a, char cmd, const Ddp__Envelope *env, const void *payload, size_t bytes) {
+    return agent_command_with(a, cmd, NULL, 0, env, payload, bytes);
+}
+
 int agent_send(agent *a, const Ddp__Envelope *env) {
     return agent_command(a, AGENT_FORWARD, env, NULL, 0);
 }
 
 int agent_request(agent *a, const Ddp__Envelope *env) {
-    return agent_command(a, AGENT_REQUEST, env, NULL, 0);
+    return agent_command_with(a, AGENT_REQUEST, &env->seq, sizeof(env->seq), env, NULL, 0);
+}
+
+int agent_push(agent *a, const Ddp__Envelope *env, uint32_t bucket, const void *payload, size_t bytes) {
+    return agent_command_with(a, AGENT_PUSH, &bucket, sizeof(bucket), env, payload, bytes);
+}
+
+int agent_set_ps(agent *a, size_t n_buckets, char *segment, const size_t *offsets, const size_t *sizes) {
+    struct agent_pushes *p = calloc(1, sizeof(*p));
+    if (!p || !(p->offset = calloc(n_buckets, sizeof(size_t))) || !(p->size = calloc(n_buckets, sizeof(size_t))) ||
+        !(p->env = calloc(n_buckets, sizeof(zmq_msg_t))) || !(p->payload = calloc(n_buckets, sizeof(zmq_msg_t))) ||
+        !(p->saved = calloc(n_buckets, sizeof(bool))) || !(p->framed = calloc(n_buckets, sizeof(bool)))) {
+        agent_pushes_free(p);
+        return -ENOMEM;
+    }
+    p->n = n_buckets;
+    p->segment = segment;
+    memcpy(p->offset, offsets, n_buckets * sizeof(size_t));
+    memcpy(p->size, sizes, n_buckets * sizeof(size_t));
+    agent_pushes_free(a->pushes); /* before the first push: the agent has not looked at it */
+    a->pushes = p;
+    return 0;
 }
 
 int agent_set_rejoin(agent *a, const Ddp__Envelope *rejoin) {
@@ -644,6 +800,8 @@ void agent_stop(agent *a, const Ddp__Envelope *leave) {
     a->end.fd = -1;
     free(a->rejoin);
     a->rejoin = NULL;
+    agent_pushes_free(a->pushes);
+    a->pushes = NULL;
     pthread_mutex_destroy(&a->progress_lock);
     a->running = false;
 }

@@ -46,6 +46,10 @@ typedef struct {
     zmq_msg_t pending;
     bool has_pending;
     uint64_t pending_seq;
+    /* ps mode: each bucket's push until its average comes (the agent thread's), sent again
+     * to a ddpd that restarted: as a frame, from the push segment when it went in shared
+     * memory, since the new ddpd holds no segment of this rank's */
+    struct agent_pushes *pushes;
     pthread_t thread;
     bool running;
     job_end end; /* raised when ddpd aborts the job or is lost: every wait watches it */
@@ -75,6 +79,11 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
 /* What to bring back to a ddpd that restarted: a Join of this member's running job (its
  * generation set); replaces the one before. Until there is one, a lost ddpd ends the job. */
 int agent_set_rejoin(agent *a, const Ddp__Envelope *rejoin);
+/* ps mode: the buckets' places in this rank's push segment (base; NULL when it pushes
+ * frames), before the first push. */
+int agent_set_ps(agent *a, size_t n_buckets, char *segment, const size_t *offsets, const size_t *sizes);
+/* A push of bucket: env alone when its data is in the push segment, else with the payload. */
+int agent_push(agent *a, const Ddp__Envelope *env, uint32_t bucket, const void *payload, size_t bytes);
 /* Sends env to ddpd through the agent, with one payload frame when bytes > 0. */
 int agent_send(agent *a, const Ddp__Envelope *env);
 /* The same for a request whose answer echoes env->seq: if ddpd restarts before it answers,

@@ -212,6 +212,7 @@ static void group_free(ddp_group *g) {
     free(g->ps_early);
     free(g->ps_buckets);
     free(g->ps_push_step);
+    free(g->ps_average_copy);
     free(g->ps_pull_step);
     if (g->ps_pushed)
         munmap(g->ps_pushed, g->ps_bytes);
@@ -394,8 +395,10 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         goto fail;
     }
-    if (g->ps_socket[0] && strcmp(s.transport, "zmq") != 0)
-        ps_client_share(g);
+    if (g->n_ps_buckets && (r = ps_client_start(g, g->ps_socket[0] && strcmp(s.transport, "zmq") != 0)) < 0) {
+        snprintf(init_error, sizeof(init_error), "out of memory for the ps buckets");
+        goto fail;
+    }
     group_update_rejoin(g); /* from now on, a ddpd that restarts takes this rank back */
     *ret_group = g;
     return 0;

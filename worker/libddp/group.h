@@ -44,7 +44,8 @@ struct ddp_group {
     agent_event **ps_early;               /* (n_ps_buckets) an average waiting to be pulled */
     char ps_socket[FD_SOCKET_NAME_BYTES]; /* where ddpd takes push segments (the Welcome's), or "" */
     char *ps_pushed, *ps_average;         /* this rank's push segment and ddpd's average one, mapped, or NULL */
-    size_t ps_bytes;                      /* of each: every bucket's floats */
+    float *ps_average_copy; /* since ddpd restarted (its averages come as frames): where they go, or NULL */
+    size_t ps_bytes;        /* of each: every bucket's floats */
 
     /* The communication thread that runs async requests, in order, one at a time. */
     pthread_t comm_thread;
@@ -70,17 +71,18 @@ struct ddp_group {
 int group_fail(ddp_group *g, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* rejoin.c: what this rank brings back to a ddpd that restarted under its running job. */
-/* Hands the agent this rank's rejoin as it stands (rank, generation, barriers, store keys):
- * after the job forms, and after each change. A ps job has none: its sums die with ddpd. */
+/* Hands the agent this rank's rejoin as it stands (rank, generation, barriers, store keys,
+ * ps steps): after the job forms, and after each change. */
 void group_update_rejoin(ddp_group *g);
 /* Remembers a key this rank set (the last value wins), for the rejoin. */
 int group_note_store_set(ddp_group *g, const char *key, const void *value, size_t size);
 void group_free_store_sets(ddp_group *g);
 
-/* ps_client.c: with ddpd on this host, hands it this rank's push segment and maps its
- * average segment, so that pushes and averages skip the socket; where it cannot (another
- * host, DDP_TRANSPORT=zmq), pushes and averages stay payload frames. */
-void ps_client_share(ddp_group *g);
+/* ps_client.c: with share (ddpd on this host), hands ddpd this rank's push segment and
+ * maps its average segment, so that pushes and averages skip the socket; where it cannot
+ * (another host, DDP_TRANSPORT=zmq), pushes and averages stay payload frames. Tells the
+ * control thread where the buckets are, to push them again to a ddpd that restarts. */
+int ps_client_start(ddp_group *g, bool share);
 
 /* control.c: the messages to and from ddpd. */
 /* Fills the header of a request from this group: type, job, rank, generation, next seq. */

@@ -22,7 +22,7 @@ static size_t ps_offset(const ddp_group *g, int bucket) {
     return off * sizeof(float);
 }
 
-void ps_client_share(ddp_group *g) {
+static void ps_client_share(ddp_group *g) {
     size_t floats = 0;
     for (size_t b = 0; b < g->n_ps_buckets; b++)
         floats += g->ps_buckets[b];
@@ -54,6 +54,22 @@ void ps_client_share(ddp_group *g) {
         close(sock);
     if (average >= 0)
         close(average);
+}
+
+int ps_client_start(ddp_group *g, bool share) {
+    if (share)
+        ps_client_share(g);
+    size_t *offsets = calloc(g->n_ps_buckets, sizeof(size_t)), *sizes = calloc(g->n_ps_buckets, sizeof(size_t));
+    int r = offsets && sizes ? 0 : -ENOMEM;
+    for (size_t b = 0; r == 0 && b < g->n_ps_buckets; b++) {
+        offsets[b] = ps_offset(g, (int)b);
+        sizes[b] = g->ps_buckets[b] * sizeof(float);
+    }
+    if (r == 0)
+        r = agent_set_ps(&g->agent, g->n_ps_buckets, g->ps_pushed, offsets, sizes);
+    free(offsets);
+    free(sizes);
+    return r;
 }
 
 static int ps_check(ddp_group *g, int bucket, const void *buf, const char *what) {
@@ -89,14 +105,24 @@ DDP_EXPORT int ddp_ps_push(ddp_group *g, int bucket, const float *grads) {
         char *at = g->ps_pushed + ps_offset(g, bucket);
         if ((const char *)grads != at) /* else the caller computed them there (ddp_ps_buffer) */
             memmove(at, grads, bytes);
-        r = agent_send(&g->agent, &env);
+        r = agent_push(&g->agent, &env, (uint32_t)bucket, NULL, 0);
     } else {
-        r = agent_send_payload(&g->agent, &env, grads, bytes);
+        r = agent_push(&g->agent, &env, (uint32_t)bucket, grads, bytes);
     }
     if (r < 0)
         return group_fail(g, r, "ps_push: could not hand bucket %d to the control thread: %s", bucket, error_string(r));
     g->ps_push_step[bucket]++;
     comm_count_ddpd(&g->comm, g->ps_buckets[bucket] * sizeof(float), 0);
+    return 0;
+}
+
+/* A frame where this rank had shared memory: ddpd restarted, and the new one holds none of
+ * it. ddp_ps_average points at this rank's own copy from now on, which starts as the old
+ * segment: the averages pulled from it so far. */
+static int ps_average_copy_make(ddp_group *g) {
+    if (!(g->ps_average_copy = malloc(g->ps_bytes ? g->ps_bytes : 1)))
+        return group_fail(g, -ENOMEM, "ps_pull: out of memory for the averages");
+    memcpy(g->ps_average_copy, g->ps_average, g->ps_bytes);
     return 0;
 }
 
@@ -116,6 +142,8 @@ DDP_EXPORT float *ddp_ps_buffer(ddp_group *g, int bucket) {
 DDP_EXPORT const float *ddp_ps_average(ddp_group *g, int bucket) {
     if (!g || !g->ps_average || bucket < 0 || (size_t)bucket >= g->n_ps_buckets)
         return NULL;
+    if (g->ps_average_copy)
+        return (const float *)((char *)g->ps_average_copy + ps_offset(g, bucket));
     return (const float *)(g->ps_average + ps_offset(g, bucket));
 }
 
@@ -152,16 +180,20 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
         g->failed = r =
             group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d of step %llu (%zu bytes) for step %llu (%zu)", bucket,
                        (unsigned long long)avg->step, got, (unsigned long long)step, bytes);
-    else if (avg->shared != (g->ps_average != NULL))
+    else if (avg->shared && !g->ps_average)
         g->failed = r =
-            group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d %s, where this rank pushes %s", bucket,
-                       avg->shared ? "in shared memory" : "as a frame", g->ps_average ? "in shared memory" : "frames");
+            group_fail(g, -EPROTO, "ps_pull: ddpd sent bucket %d in shared memory this rank never mapped", bucket);
+    else if (!avg->shared && g->ps_average && !g->ps_average_copy && (r = ps_average_copy_make(g)) < 0)
+        g->failed = r;
     else {
+        const void *from = avg->shared ? g->ps_average + ps_offset(g, bucket) : zmq_msg_data(&ev->msg.payload[0]);
+        if (!avg->shared && g->ps_average_copy)
+            memcpy((char *)g->ps_average_copy + ps_offset(g, bucket), from, bytes);
         if (ret_average)
-            memcpy(ret_average, avg->shared ? g->ps_average + ps_offset(g, bucket) : zmq_msg_data(&ev->msg.payload[0]),
-                   bytes);
+            memcpy(ret_average, from, bytes);
         g->ps_pull_step[bucket]++;
         comm_count_ddpd(&g->comm, 0, bytes);
+        group_update_rejoin(g);
     }
     agent_event_free(ev);
     return r;

@@ -1,7 +1,8 @@
 /* What a rank brings back to a ddpd that restarted under its running job: a Join with the
- * job's generation, its rank, the barriers it has completed and the store keys it set, so
- * that the new ddpd can hold the job again as the members know it. The control thread
- * sends it when ddpd goes away (agent.c); the rank keeps it up to date here. */
+ * job's generation, its rank, the barriers it has completed, the store keys it set and, in
+ * ps mode, the step each bucket is at, so that the new ddpd can hold the job again as the
+ * members know it. The control thread sends it when ddpd goes away (agent.c), and its
+ * pushes that had no average yet after it; the rank keeps it up to date here. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,7 +60,7 @@ void group_free_store_sets(ddp_group *g) {
 }
 
 void group_update_rejoin(ddp_group *g) {
-    if (g->n_ps_buckets || g->world_size < 1)
+    if (g->world_size < 1)
         return;
     Ddp__StoreSet *entries = calloc(g->n_store_sets ? g->n_store_sets : 1, sizeof(*entries));
     Ddp__StoreSet **list = calloc(g->n_store_sets ? g->n_store_sets : 1, sizeof(*list));
@@ -92,6 +93,11 @@ void group_update_rejoin(ddp_group *g) {
     body.barrier_round = g->barrier_round;
     body.store = list;
     body.n_store = n;
+    body.ps_buckets = g->ps_buckets; /* ps: the layout, and the step each bucket is at */
+    body.n_ps_buckets = g->n_ps_buckets;
+    body.ps_steps = g->ps_pull_step;
+    body.n_ps_steps = g->ps_pull_step ? g->n_ps_buckets : 0;
+    body.ps_shared = g->ps_average && !g->ps_average_copy;
     Ddp__Envelope env;
     wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, g->job, g->rank, g->generation, 0);
     env.join = &body;

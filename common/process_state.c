@@ -1,6 +1,7 @@
 #include "common/process_state.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,8 +28,14 @@ int process_state(uint32_t pid, char *ret_state, size_t size) {
     char path[32], line[512];
     snprintf(path, sizeof(path), "/proc/%u/stat", pid);
     FILE *f = fopen(path, "r");
-    if (!f)
+    if (!f) {
+        /* Out of descriptors (EMFILE) is no news of the process: ask the kernel without a file. */
+        if (errno != ENOENT && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
+            snprintf(ret_state, size, "?: state unreadable");
+            return 0;
+        }
         return -ESRCH;
+    }
     size_t n = fread(line, 1, sizeof(line) - 1, f);
     fclose(f);
     line[n] = '\0';

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/fd_limit.h"
 #include "common/log.h"
 #include "common/wire.h"
 #include "server/notify.h"
@@ -147,6 +148,9 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* A descriptor per member: a thousand members need more than the usual soft limit. */
+    if ((r = fd_limit_raise(NULL)) < 0)
+        log_warn("cannot raise the open-file limit: %s", strerror(-r));
     server s = {0};
     if ((r = server_open(&s, &opts)) < 0) {
         server_close(&s);

@@ -30,7 +30,8 @@ typedef struct {
     char data_key[CURVE_KEY_Z85]; /* its data socket's CURVE public key, for the peers ("": not tcp://) */
     uint64_t join_seq;            /* echoed in the Welcome */
     uint32_t local_pid;           /* the kernel's pid of its connection when on this host (ipc://), else 0 */
-    char stalled[32]; /* silent past the liveness window, its process still here: its state ("T: stopped") */
+    char stalled[32];      /* silent past the liveness window, its process still here: its state ("T: stopped") */
+    uint64_t gone_seen_ms; /* when a check first found its process gone (0: not yet): death is confirmed later */
     /* a rejoin's ps state, until the job has recovered: the step of each bucket, and whether
      * it read averages in the old ddpd's segment */
     uint64_t *ps_steps;

@@ -21,6 +21,7 @@
 #include "server/zap.h"
 
 #define SERVER_DISPATCH_BATCH 1024 /* messages per dispatch, so the tick is never starved */
+#define SERVER_GONE_CONFIRM_MS 100 /* a gone member's last messages get this long to be read */
 
 /* ---- sending ---------------------------------------------------------------------- */
 
@@ -1136,6 +1137,12 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
             snprintf(reason, sizeof(reason),
                      "rank %d (pid %u on %s) stopped responding %.1f s ago (state %s; ddpd --stall-timeout %d s)",
                      m->rank, m->pid, m->host, (double)silent_ms / 1000.0, state, s->opts.stall_timeout);
+        } else if (m->local_pid && (!m->gone_seen_ms || now - m->gone_seen_ms < SERVER_GONE_CONFIRM_MS)) {
+            /* Its process is gone, but what it sent last (a Leave) may still be on its way
+             * through ZeroMQ's I/O thread, which a crowded host starves: look again later. */
+            if (!m->gone_seen_ms)
+                m->gone_seen_ms = now;
+            continue;
         } else {
             snprintf(reason, sizeof(reason), "rank %d (pid %u on %s) died: silent for %llu ms", m->rank, m->pid,
                      m->host, (unsigned long long)silent_ms);

@@ -75,13 +75,6 @@ static void read_params(const char *path, float *params) {
     ck_assert_uint_eq(info.step, STEPS);
 }
 
-/* The end of what p printed: Check's messages have a limit, and the end says what went wrong. */
-static const char *tail_of(proc *p) {
-    const char *out = proc_output(p);
-    size_t n = strlen(out);
-    return n > 3000 ? out + n - 3000 : out;
-}
-
 /* The last "rank R is pid P" ddp-run said (a restart says it again). */
 static int rank_pid(proc *p, int rank) {
     char needle[32];
@@ -97,7 +90,7 @@ static int rank_pid(proc *p, int rank) {
 static void wait_for_step(proc *p, unsigned target) {
     char line[512];
     for (;;) {
-        ck_assert_msg(proc_expect(p, "[rank 0] epoch ", WAIT_MS, line, sizeof(line)), "%s", tail_of(p));
+        ck_assert_msg(proc_expect(p, "[rank 0] epoch ", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(p));
         const char *at = strstr(line, ", step ");
         if (at && strtoul(at + 7, NULL, 10) >= target)
             return;
@@ -115,9 +108,10 @@ static void stop_a_rank(proc *p, ddpd_proc *d, unsigned *seed) {
     kill(pid, SIGCONT);
     char line[512], named[64];
     snprintf(named, sizeof(named), "rank %d (pid %d on ", rank, pid);
-    ck_assert_msg(proc_expect(&d->p, "its process T: stopped", WAIT_MS, line, sizeof(line)), "%s", tail_of(&d->p));
+    ck_assert_msg(proc_expect(&d->p, "its process T: stopped", WAIT_MS, line, sizeof(line)), "%s",
+                  proc_output_tail(&d->p));
     ck_assert_msg(strstr(line, named) && strstr(line, "stalled"), "%s", line);
-    ck_assert_msg(proc_expect(&d->p, "answers again after", WAIT_MS, NULL, 0), "%s", tail_of(&d->p));
+    ck_assert_msg(proc_expect(&d->p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d->p));
 }
 
 static void restart_ddpd(proc *p, ddpd_proc *d, const char *const *flags, unsigned *seed) {
@@ -133,12 +127,12 @@ static void restart_ddpd(proc *p, ddpd_proc *d, const char *const *flags, unsign
     usleep(gap_ms * 1000);
     ddpd_start(d, flags);
     ck_assert_msg(proc_expect(&d->p, "recovered: every rank is back after ddpd restarted", WAIT_MS, NULL, 0), "%s",
-                  tail_of(&d->p));
+                  proc_output_tail(&d->p));
     /* a crash shows as silence, or as a new ddpd that does not know the rank; a restart says so */
     ck_assert_msg(
         proc_expect(p, crash ? "; the job goes on, rejoining ddpd" : "is stopping (a restart?)", WAIT_MS, NULL, 0),
-        "%s", tail_of(p));
-    ck_assert_msg(proc_expect(p, "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", tail_of(p));
+        "%s", proc_output_tail(p));
+    ck_assert_msg(proc_expect(p, "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", proc_output_tail(p));
 }
 
 static void kill_a_rank(proc *p, ddpd_proc *d, unsigned *seed) {
@@ -147,12 +141,12 @@ static void kill_a_rank(proc *p, ddpd_proc *d, unsigned *seed) {
     kill(pid, SIGKILL);
     char line[512], named[64];
     snprintf(named, sizeof(named), "rank %d (pid %d on ", rank, pid);
-    ck_assert_msg(proc_expect(&d->p, " died: silent for ", WAIT_MS, line, sizeof(line)), "%s", tail_of(&d->p));
+    ck_assert_msg(proc_expect(&d->p, " died: silent for ", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(&d->p));
     ck_assert_msg(strstr(line, named), "%s", line);
     snprintf(named, sizeof(named), "rank %d (pid %d) was killed by signal %d", rank, pid, SIGKILL);
-    ck_assert_msg(proc_expect(p, named, WAIT_MS, NULL, 0), "%s", tail_of(p));
-    ck_assert_msg(proc_expect(p, "the job failed (exit code ", WAIT_MS, NULL, 0), "%s", tail_of(p));
-    ck_assert_msg(proc_expect(p, "[rank 0] ddp-worker: resumed from ", WAIT_MS, NULL, 0), "%s", tail_of(p));
+    ck_assert_msg(proc_expect(p, named, WAIT_MS, NULL, 0), "%s", proc_output_tail(p));
+    ck_assert_msg(proc_expect(p, "the job failed (exit code ", WAIT_MS, NULL, 0), "%s", proc_output_tail(p));
+    ck_assert_msg(proc_expect(p, "[rank 0] ddp-worker: resumed from ", WAIT_MS, NULL, 0), "%s", proc_output_tail(p));
 }
 
 /* Tops the checkpoint's filesystem up with filler until it is full. */
@@ -189,10 +183,10 @@ static void fill_the_disk(proc *p) {
     for (int epochs = 0; !failed && epochs < 50; epochs++) {
         if (on_tmpfs)
             fill_up(filler);
-        ck_assert_msg(proc_expect(p, "[rank 0] epoch ", WAIT_MS, NULL, 0), "%s", tail_of(p));
+        ck_assert_msg(proc_expect(p, "[rank 0] epoch ", WAIT_MS, NULL, 0), "%s", proc_output_tail(p));
         failed = strstr(proc_output(p) + mark, "not written: --checkpoint");
     }
-    ck_assert_msg(failed, "no checkpoint failed to be written:\n%s", tail_of(p));
+    ck_assert_msg(failed, "no checkpoint failed to be written:\n%s", proc_output_tail(p));
     const char *end = strchr(failed, '\n');
     char line[512];
     snprintf(line, sizeof(line), "%.*s", end ? (int)(end - failed) : 400, failed);
@@ -262,7 +256,7 @@ static void chaos_run(unsigned seed, const float *expected) {
         fflush(stdout);
     }
     int code = proc_wait(&p, 4 * WAIT_MS);
-    ck_assert_msg(code == 0, "ddp-run exited %d:\n%s", code, tail_of(&p));
+    ck_assert_msg(code == 0, "ddp-run exited %d:\n%s", code, proc_output_tail(&p));
     proc_close(&p);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 
@@ -286,7 +280,7 @@ static void reference_run(const char *mode, float *params) {
     worker_argv(argv, &n, mode, reference);
     proc p;
     proc_start(&p, argv, NULL);
-    ck_assert_msg(proc_wait(&p, 4 * WAIT_MS) == 0, "%s", tail_of(&p));
+    ck_assert_msg(proc_wait(&p, 4 * WAIT_MS) == 0, "%s", proc_output_tail(&p));
     proc_close(&p);
     read_params(reference, params);
 }

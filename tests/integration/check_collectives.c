@@ -45,18 +45,18 @@ static void every_collective(int n, const char *transport) {
     }
 #endif
     int code = run(&p, n, program);
-    ck_assert_msg(code == 0, "world %d on %s exited %d:\n%s", n, transport, code, proc_output(&p));
+    ck_assert_msg(code == 0, "world %d on %s exited %d:\n%s", n, transport, code, proc_output_tail(&p));
     for (int r = 0; r < n; r++) {
         char expected[64], line[256];
         snprintf(expected, sizeof(expected), "coll_check: rank %d uses %s", r, n == 1 ? "zmq" : transport);
-        ck_assert_msg(proc_expect(&p, expected, 0, NULL, 0), "expected '%s' in:\n%s", expected, proc_output(&p));
+        ck_assert_msg(proc_expect(&p, expected, 0, NULL, 0), "expected '%s' in:\n%s", expected, proc_output_tail(&p));
         p.cursor = 0;
         snprintf(expected, sizeof(expected), "coll_check: rank %d: ", r);
-        ck_assert_msg(proc_expect(&p, expected, 0, line, sizeof(line)), "%s", proc_output(&p));
+        ck_assert_msg(proc_expect(&p, expected, 0, line, sizeof(line)), "%s", proc_output_tail(&p));
         ck_assert_msg(strstr(line, " 0 failed"), "%s", line);
         p.cursor = 0;
     }
-    ck_assert_msg(!strstr(proc_output(&p), "FAIL"), "%s", proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "FAIL"), "%s", proc_output_tail(&p));
     proc_close(&p);
 }
 
@@ -77,7 +77,7 @@ static void digest_of(proc *p, int r, char *line, size_t size) {
     char needle[64];
     snprintf(needle, sizeof(needle), "coll_check: digest of rank %d: ", r);
     p->cursor = 0;
-    ck_assert_msg(proc_expect(p, needle, 0, line, size), "%s", proc_output(p));
+    ck_assert_msg(proc_expect(p, needle, 0, line, size), "%s", proc_output_tail(p));
 }
 
 /* Buffers from ddp_alloc, 16 bytes into their regions: every collective right, over shared
@@ -100,10 +100,10 @@ START_TEST(test_alloc) {
         const char *without[] = {"/usr/bin/env", env, COLL_CHECK_PATH, "--counts", counts, NULL};
         proc a, b;
         int code = run(&a, runs[k].n, with);
-        ck_assert_msg(code == 0, "--alloc over %s exited %d:\n%s", runs[k].transport, code, proc_output(&a));
-        ck_assert_msg(!strstr(proc_output(&a), "FAIL"), "%s", proc_output(&a));
+        ck_assert_msg(code == 0, "--alloc over %s exited %d:\n%s", runs[k].transport, code, proc_output_tail(&a));
+        ck_assert_msg(!strstr(proc_output(&a), "FAIL"), "%s", proc_output_tail(&a));
         code = run(&b, runs[k].n, without);
-        ck_assert_msg(code == 0, "over %s exited %d:\n%s", runs[k].transport, code, proc_output(&b));
+        ck_assert_msg(code == 0, "over %s exited %d:\n%s", runs[k].transport, code, proc_output_tail(&b));
         for (int r = 0; r < runs[k].n; r++) {
             char da[256], db[256];
             digest_of(&a, r, da, sizeof(da));
@@ -124,12 +124,12 @@ START_TEST(test_same_bits_every_run) {
         proc p;
         const char *program[] = {COLL_CHECK_PATH, "--counts", "1000,300000", "--dtypes", "f32,f16,bf16", NULL};
         int code = run(&p, 3, program);
-        ck_assert_msg(code == 0, "exited %d: %s", code, proc_output(&p));
+        ck_assert_msg(code == 0, "exited %d: %s", code, proc_output_tail(&p));
         for (int r = 0; r < 3; r++) {
             char needle[64], line[256];
             snprintf(needle, sizeof(needle), "coll_check: digest of rank %d: ", r);
             p.cursor = 0;
-            ck_assert_msg(proc_expect(&p, needle, 0, line, sizeof(line)), "%s", proc_output(&p));
+            ck_assert_msg(proc_expect(&p, needle, 0, line, sizeof(line)), "%s", proc_output_tail(&p));
             snprintf(digests[run_i][r], sizeof(digests[run_i][r]), "%s", strstr(line, needle) + strlen(needle));
         }
         proc_close(&p);
@@ -150,7 +150,7 @@ START_TEST(test_bench) {
         proc p;
         proc_start(&p, argv, NULL);
         int code = proc_wait(&p, WAIT_MS);
-        ck_assert_msg(code == 0, "%s exited %d: %s", collectives[i], code, proc_output(&p));
+        ck_assert_msg(code == 0, "%s exited %d: %s", collectives[i], code, proc_output_tail(&p));
         const char *out = proc_output(&p);
         ck_assert_msg(strstr(out, "# Avg bus bandwidth    : "), "%s", out);
         /* rows: 4, 128, 4096, 131072 and 4194304 bytes, none wrong */
@@ -173,8 +173,8 @@ START_TEST(test_bench) {
     const char *asan[] = {"ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1", NULL};
     proc_start(&h, huge, asan);
     ck_assert_int_eq(proc_wait(&h, WAIT_MS), 1);
-    ck_assert_msg(strstr(proc_output(&h), "two buffers of 1099511627784 bytes (-e 1024G)"), "%s", proc_output(&h));
-    ck_assert_msg(!strstr(proc_output(&h), "signal"), "%s", proc_output(&h));
+    ck_assert_msg(strstr(proc_output(&h), "two buffers of 1099511627784 bytes (-e 1024G)"), "%s", proc_output_tail(&h));
+    ck_assert_msg(!strstr(proc_output(&h), "signal"), "%s", proc_output_tail(&h));
     proc_close(&h);
     const char *json[] = {DDP_BENCH_PATH, "all_reduce", "-n", "2", "-b", "1K", "-e", "64K", "--json", NULL};
     proc p;
@@ -182,7 +182,7 @@ START_TEST(test_bench) {
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
     ck_assert_msg(strstr(proc_output(&p), "\"busbw_gbps\"") && strstr(proc_output(&p), "\"avg_busbw_gbps\"") &&
                       strstr(proc_output(&p), "\"transport\": \"shm\""),
-                  "%s", proc_output(&p));
+                  "%s", proc_output_tail(&p));
     proc_close(&p);
 }
 END_TEST
@@ -261,7 +261,7 @@ START_TEST(test_peer_killed_mid_all_reduce) {
     for (int r = 0; r < 4; r++)
         rank_start(&ranks[r], &d, 4, r, "stress", argv);
     for (int r = 0; r < 4; r++)
-        ck_assert_msg(proc_expect(&ranks[r], "first ok", 60000, NULL, 0), "%s", proc_output(&ranks[r]));
+        ck_assert_msg(proc_expect(&ranks[r], "first ok", 60000, NULL, 0), "%s", proc_output_tail(&ranks[r]));
     unsigned long inodes[8];
     int n_inodes = 0;
     for (int r = 0; r < 4; r++) {
@@ -277,7 +277,7 @@ START_TEST(test_peer_killed_mid_all_reduce) {
         if (r == 2)
             continue;
         char line[600];
-        ck_assert_msg(proc_expect(&ranks[r], "failed:", 60000, line, sizeof(line)), "%s", proc_output(&ranks[r]));
+        ck_assert_msg(proc_expect(&ranks[r], "failed:", 60000, line, sizeof(line)), "%s", proc_output_tail(&ranks[r]));
         uint64_t elapsed = clock_now_ms() - killed_at;
         ck_assert_msg(strstr(line, expected) && strstr(line, "died"), "rank %d: %s", r, line);
         ck_assert_msg(elapsed < 3000, "rank %d learnt of the death after %llu ms", r, (unsigned long long)elapsed);
@@ -303,7 +303,7 @@ START_TEST(test_peer_stopped) {
     for (int r = 0; r < 2; r++)
         rank_start(&ranks[r], &d, 2, r, "stopped", argv);
     for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_expect(&ranks[r], "first ok", 60000, NULL, 0), "%s", proc_output(&ranks[r]));
+        ck_assert_msg(proc_expect(&ranks[r], "first ok", 60000, NULL, 0), "%s", proc_output_tail(&ranks[r]));
     proc_signal(&ranks[1], SIGSTOP);
     const char *ctl[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", NULL};
     bool reported = false;
@@ -316,7 +316,7 @@ START_TEST(test_peer_stopped) {
     }
     ck_assert_msg(reported, "ddpctl status never showed rank 0 waiting for rank 1");
     char line[600];
-    ck_assert_msg(proc_expect(&ranks[0], "failed:", 60000, line, sizeof(line)), "%s", proc_output(&ranks[0]));
+    ck_assert_msg(proc_expect(&ranks[0], "failed:", 60000, line, sizeof(line)), "%s", proc_output_tail(&ranks[0]));
     ck_assert_msg(strstr(line, "timed out after 6000 ms waiting for rank 1"), "%s", line);
     ck_assert_int_eq(proc_wait(&ranks[0], 60000), 3);
     proc_signal(&ranks[1], SIGKILL);
@@ -370,10 +370,11 @@ START_TEST(test_mixed_hosts) {
         for (int r = 0; r < world; r++) {
             int code = proc_wait(&ranks[r], WAIT_MS);
             ck_assert_msg(code == runs[k].code, "%s: rank %d exited %d:\n%s", runs[k].job, r, code,
-                          proc_output(&ranks[r]));
+                          proc_output_tail(&ranks[r]));
             ck_assert_msg(strstr(proc_output(&ranks[r]), runs[k].expected), "%s: rank %d: expected '%s' in:\n%s",
-                          runs[k].job, r, runs[k].expected, proc_output(&ranks[r]));
-            ck_assert_msg(runs[k].code || strstr(proc_output(&ranks[r]), " 0 failed"), "%s", proc_output(&ranks[r]));
+                          runs[k].job, r, runs[k].expected, proc_output_tail(&ranks[r]));
+            ck_assert_msg(runs[k].code || strstr(proc_output(&ranks[r]), " 0 failed"), "%s",
+                          proc_output_tail(&ranks[r]));
             if (runs[k].code == 0)
                 digest_of(&ranks[r], r, digests[k][r], sizeof(digests[k][r]));
             int other = runs[k].same_bits_as;
@@ -392,8 +393,8 @@ static void expect_failure(const char *mode, int n, const char *needle) {
     proc p;
     const char *program[] = {COLL_FAULT_PATH, mode, NULL};
     int code = run(&p, n, program);
-    ck_assert_msg(code == 3, "%s exited %d: %s", mode, code, proc_output(&p));
-    ck_assert_msg(strstr(proc_output(&p), needle), "%s: expected '%s' in: %s", mode, needle, proc_output(&p));
+    ck_assert_msg(code == 3, "%s exited %d: %s", mode, code, proc_output_tail(&p));
+    ck_assert_msg(strstr(proc_output(&p), needle), "%s: expected '%s' in: %s", mode, needle, proc_output_tail(&p));
     proc_close(&p);
 }
 
@@ -401,9 +402,9 @@ static void expect_mismatch(const char *mode, const char *needle) {
     proc p;
     const char *program[] = {COLL_FAULT_PATH, mode, NULL};
     int code = run(&p, 2, program);
-    ck_assert_msg(code == 3, "exited %d: %s", code, proc_output(&p));
+    ck_assert_msg(code == 3, "exited %d: %s", code, proc_output_tail(&p));
     char line[600];
-    ck_assert_msg(proc_expect(&p, "failed: -22 ", 0, line, sizeof(line)), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&p, "failed: -22 ", 0, line, sizeof(line)), "%s", proc_output_tail(&p));
     ck_assert_msg(strstr(line, needle), "expected '%s' in: %s", needle, line);
     proc_close(&p);
 }
@@ -451,10 +452,10 @@ START_TEST(test_examples) {
     proc p;
     const char *program[] = {tutorials[_i].program, NULL};
     int code = run(&p, tutorials[_i].n, program);
-    ck_assert_msg(code == 0, "%s exited %d: %s", tutorials[_i].program, code, proc_output(&p));
+    ck_assert_msg(code == 0, "%s exited %d: %s", tutorials[_i].program, code, proc_output_tail(&p));
     for (int k = 0; k < tutorials[_i].times; k++)
         ck_assert_msg(proc_expect(&p, tutorials[_i].expected, 0, NULL, 0), "expected '%s' %d times in: %s",
-                      tutorials[_i].expected, tutorials[_i].times, proc_output(&p));
+                      tutorials[_i].expected, tutorials[_i].times, proc_output_tail(&p));
     proc_close(&p);
 }
 END_TEST

@@ -27,11 +27,11 @@ static int run_launcher(proc *p, const char *const *args, const char *const *env
 /* Runs ddp-run to its end and checks its exit code. */
 static void run_expecting(proc *p, const char *const *args, const char *const *env, int expected_code) {
     int code = run_launcher(p, args, env);
-    ck_assert_msg(code == expected_code, "ddp-run exited %d, not %d:\n%s", code, expected_code, proc_output(p));
+    ck_assert_msg(code == expected_code, "ddp-run exited %d, not %d:\n%s", code, expected_code, proc_output_tail(p));
 }
 
 static void assert_output_has(proc *p, const char *needle) {
-    ck_assert_msg(strstr(proc_output(p), needle), "expected '%s' in:\n%s", needle, proc_output(p));
+    ck_assert_msg(strstr(proc_output(p), needle), "expected '%s' in:\n%s", needle, proc_output_tail(p));
 }
 
 /* Finds "<before>%d" in the output, e.g. the pid after "[rank 1] pid ". -1 if absent. */
@@ -97,7 +97,7 @@ START_TEST(test_first_failure_stops_the_rest) {
         if (pid > 0) /* a rank stopped before its shell said anything is gone all the same */
             assert_gone(pid);
     }
-    ck_assert_msg(!strstr(proc_output(&p), "SIGKILL"), "%s", proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "SIGKILL"), "%s", proc_output_tail(&p));
     proc_close(&p);
 }
 END_TEST
@@ -112,16 +112,16 @@ START_TEST(test_signal_forwarded) {
     proc p;
     proc_start(&p, argv, NULL);
     for (int r = 0; r < 3; r++)
-        ck_assert_msg(proc_expect(&p, "barrier 0 ok", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+        ck_assert_msg(proc_expect(&p, "barrier 0 ok", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
     int pids[3];
     for (int r = 0; r < 3; r++) {
         char before[64];
         snprintf(before, sizeof(before), "[rank %d] joined rank %d world 3 pid ", r, r);
         pids[r] = output_int_after(&p, before);
-        ck_assert_msg(pids[r] > 0, "no pid for rank %d in:\n%s", r, proc_output(&p));
+        ck_assert_msg(pids[r] > 0, "no pid for rank %d in:\n%s", r, proc_output_tail(&p));
     }
     proc_signal(&p, signals[_i]);
-    ck_assert_msg(proc_wait(&p, WAIT_MS) == codes[_i], "%s", proc_output(&p));
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == codes[_i], "%s", proc_output_tail(&p));
     assert_output_has(&p, signals[_i] == SIGTERM ? "received SIGTERM" : "received SIGINT");
     for (int r = 0; r < 3; r++)
         assert_gone(pids[r]);
@@ -142,9 +142,9 @@ START_TEST(test_crowd_is_not_dead) {
     const char *env[] = {"DDPD_HEARTBEAT_MS=100", NULL}; /* the private ddpd's window: 300 ms */
     proc p;
     proc_start(&p, argv, env);
-    ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s", proc_output(&p));
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s", proc_output_tail(&p));
     ck_assert_msg(!strstr(proc_output(&p), " died") && !strstr(proc_output(&p), "lost the coordinator"), "%s",
-                  proc_output(&p));
+                  proc_output_tail(&p));
     int finalized = 0;
     for (const char *s = proc_output(&p); (s = strstr(s, "] finalized")); s++)
         finalized++;
@@ -161,14 +161,14 @@ START_TEST(test_sigkill_after_grace) {
     proc_start(&p, argv, NULL);
     int pids[2];
     for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_expect(&p, "joined rank", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+        ck_assert_msg(proc_expect(&p, "joined rank", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
     for (int r = 0; r < 2; r++) {
         char before[64];
         snprintf(before, sizeof(before), "[rank %d] joined rank %d world 2 pid ", r, r);
         pids[r] = output_int_after(&p, before);
     }
     proc_signal(&p, SIGTERM);
-    ck_assert_msg(proc_wait(&p, WAIT_MS) == 143, "%s", proc_output(&p));
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == 143, "%s", proc_output_tail(&p));
     assert_output_has(&p, "2 ranks still running 200 ms after SIGTERM; sending SIGKILL");
     for (int r = 0; r < 2; r++)
         assert_gone(pids[r]);
@@ -185,8 +185,8 @@ START_TEST(test_given_coordinator) {
     run_expecting(&p, args, NULL, 0);
     assert_output_has(&p, "[rank 0] joined rank 0 world 2");
     assert_output_has(&p, "[rank 1] joined rank 1 world 2");
-    ck_assert_msg(!strstr(proc_output(&p), "private ddpd"), "%s", proc_output(&p));
-    ck_assert_msg(proc_expect(&d.p, "job 'given' formed", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    ck_assert_msg(!strstr(proc_output(&p), "private ddpd"), "%s", proc_output_tail(&p));
+    ck_assert_msg(proc_expect(&d.p, "job 'given' formed", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
     proc_close(&p);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
@@ -419,7 +419,8 @@ START_TEST(test_usage_errors) {
         const char *env[] = {cases[i].env, NULL};
         proc p;
         int code = run_launcher(&p, cases[i].args, env);
-        ck_assert_msg(code == cases[i].code, "case %zu (%s) exited %d: %s", i, cases[i].args[0], code, proc_output(&p));
+        ck_assert_msg(code == cases[i].code, "case %zu (%s) exited %d: %s", i, cases[i].args[0], code,
+                      proc_output_tail(&p));
         assert_output_has(&p, cases[i].expected);
         proc_close(&p);
     }

@@ -29,7 +29,7 @@ static void form_and_check(const ddpd_proc *d, int n, const char *job, const cha
         char line[256];
         int rank = -1, world = -1;
         ck_assert_msg(proc_expect(&members[i], "joined rank", WAIT_MS, line, sizeof(line)), "member %d: %s", i,
-                      proc_output(&members[i]));
+                      proc_output_tail(&members[i]));
         ck_assert_int_eq(sscanf(line, "joined rank %d world %d", &rank, &world), 2);
         ck_assert_int_eq(world, n);
         ck_assert_msg(rank >= 0 && rank < n && !seen[rank], "rank %d given twice or out of range", rank);
@@ -40,7 +40,7 @@ static void form_and_check(const ddpd_proc *d, int n, const char *job, const cha
 /* Each of n members exits 0; then they are closed. */
 static void all_exit_ok(proc *members, int n) {
     for (int i = 0; i < n; i++) {
-        ck_assert_msg(proc_wait(&members[i], WAIT_MS) == 0, "member %d: %s", i, proc_output(&members[i]));
+        ck_assert_msg(proc_wait(&members[i], WAIT_MS) == 0, "member %d: %s", i, proc_output_tail(&members[i]));
         proc_close(&members[i]);
     }
 }
@@ -52,7 +52,7 @@ static void world_of(int n) {
     const char *args[] = {"--barriers", "3", NULL};
     form_and_check(&d, n, "world", args, members);
     for (int i = 0; i < n; i++)
-        ck_assert_msg(proc_expect(&members[i], "barrier 2 ok", WAIT_MS, NULL, 0), "%s", proc_output(&members[i]));
+        ck_assert_msg(proc_expect(&members[i], "barrier 2 ok", WAIT_MS, NULL, 0), "%s", proc_output_tail(&members[i]));
     all_exit_ok(members, n);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
@@ -72,7 +72,7 @@ START_TEST(test_duplicate_rank_rejected) {
     ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
     member_start(&dup, &d, 2, 0, "dup", args);
     char line[512];
-    ck_assert_msg(proc_expect(&dup, "init failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&dup));
+    ck_assert_msg(proc_expect(&dup, "init failed", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(&dup));
     ck_assert_msg(strstr(line, "rank 0 of job 'dup' is already taken by pid"), "%s", line);
     ck_assert_int_eq(proc_wait(&dup, WAIT_MS), 2);
     /* A different world size is refused too, and the forming job is not disturbed. */
@@ -81,7 +81,7 @@ START_TEST(test_duplicate_rank_rejected) {
     ck_assert(proc_expect(&other, "world size 3 differs from job 'dup''s world size 2", WAIT_MS, NULL, 0));
     ck_assert_int_eq(proc_wait(&other, WAIT_MS), 2);
     member_start(&second, &d, 2, 1, "dup", args);
-    ck_assert_msg(proc_expect(&first, "joined rank 0 world 2", WAIT_MS, NULL, 0), "%s", proc_output(&first));
+    ck_assert_msg(proc_expect(&first, "joined rank 0 world 2", WAIT_MS, NULL, 0), "%s", proc_output_tail(&first));
     ck_assert(proc_expect(&second, "joined rank 1 world 2", WAIT_MS, NULL, 0));
     ck_assert_int_eq(proc_wait(&first, WAIT_MS), 0);
     ck_assert_int_eq(proc_wait(&second, WAIT_MS), 0);
@@ -142,7 +142,7 @@ START_TEST(test_killed_member_named_within_3s) {
         member_start(&members[r], &d, 4, r, "kill", args);
     }
     for (int r = 0; r < 4; r++)
-        ck_assert_msg(proc_expect(&members[r], "barrier 0 ok", WAIT_MS, NULL, 0), "%s", proc_output(&members[r]));
+        ck_assert_msg(proc_expect(&members[r], "barrier 0 ok", WAIT_MS, NULL, 0), "%s", proc_output_tail(&members[r]));
 
     uint64_t killed_at = clock_now_ms();
     proc_signal(&members[2], SIGKILL);
@@ -152,7 +152,8 @@ START_TEST(test_killed_member_named_within_3s) {
         if (r == 2)
             continue;
         char line[512];
-        ck_assert_msg(proc_expect(&members[r], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&members[r]));
+        ck_assert_msg(proc_expect(&members[r], "failed", WAIT_MS, line, sizeof(line)), "%s",
+                      proc_output_tail(&members[r]));
         uint64_t elapsed = clock_now_ms() - killed_at;
         ck_assert_msg(strstr(line, expected) && strstr(line, "died"), "rank %d: %s", r, line);
         ck_assert_msg(elapsed < 3000, "rank %d learnt of the death after %llu ms", r, (unsigned long long)elapsed);
@@ -234,7 +235,7 @@ START_TEST(test_status_table_and_json) {
     proc_start(&ctl, argv_json, NULL);
     ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 0);
     cJSON *root = cJSON_Parse(proc_output(&ctl));
-    ck_assert_msg(root, "not JSON: %s", proc_output(&ctl));
+    ck_assert_msg(root, "not JSON: %s", proc_output_tail(&ctl));
     cJSON *job = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "jobs"), 0);
     ck_assert_str_eq(cJSON_GetObjectItem(job, "name")->valuestring, "stat");
     ck_assert_str_eq(cJSON_GetObjectItem(job, "state")->valuestring, "forming");
@@ -247,12 +248,12 @@ START_TEST(test_status_table_and_json) {
 
     /* The waiting log names the missing rank. */
     ck_assert_msg(proc_expect(&d.p, "job 'stat': 1/2 joined, missing ranks {0}", WAIT_MS, NULL, 0), "%s",
-                  proc_output(&d.p));
+                  proc_output_tail(&d.p));
 
     const char *argv_table[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", NULL};
     proc_start(&ctl, argv_table, NULL);
     ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 0);
-    ck_assert_msg(strstr(proc_output(&ctl), "job 'stat': forming, 1/2 members"), "%s", proc_output(&ctl));
+    ck_assert_msg(strstr(proc_output(&ctl), "job 'stat': forming, 1/2 members"), "%s", proc_output_tail(&ctl));
     proc_close(&ctl);
 
     /* ddpctl against nothing: a clear error, not a hang. */
@@ -299,7 +300,7 @@ START_TEST(test_ddpd_restart) {
         for (int r = 0; r < 2; r++)
             rank_start(&m[r], &d, 2, r, job, args);
         for (int r = 0; r < 2; r++)
-            ck_assert_msg(proc_expect(&m[r], "barrier 3 ok", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+            ck_assert_msg(proc_expect(&m[r], "barrier 3 ok", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
         if (crash) {
             proc_signal(&d.p, SIGKILL);
             proc_wait(&d.p, WAIT_MS);
@@ -308,15 +309,15 @@ START_TEST(test_ddpd_restart) {
             ck_assert_int_eq(ddpd_stop(&d), 0);
         ddpd_start(&d, flags);
         for (int r = 0; r < 2; r++) {
-            ck_assert_msg(proc_expect(&m[r], "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
-            ck_assert_msg(proc_expect(&m[r], "barrier 49 ok", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
-            ck_assert_msg(proc_expect(&m[r], "kept: 'set before'", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+            ck_assert_msg(proc_expect(&m[r], "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
+            ck_assert_msg(proc_expect(&m[r], "barrier 49 ok", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
+            ck_assert_msg(proc_expect(&m[r], "kept: 'set before'", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
             ck_assert_int_eq(proc_wait(&m[r], WAIT_MS), 0);
-            ck_assert_msg(!strstr(proc_output(&m[r]), "failed"), "%s", proc_output(&m[r]));
+            ck_assert_msg(!strstr(proc_output(&m[r]), "failed"), "%s", proc_output_tail(&m[r]));
             proc_close(&m[r]);
         }
         ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, line, sizeof(line)), "%s",
-                      proc_output(&d.p));
+                      proc_output_tail(&d.p));
         char generation[64];
         snprintf(generation, sizeof(generation), "job '%s' (generation %d) recovered", job, crash + 1);
         ck_assert_msg(strstr(line, generation), "%s", line);
@@ -326,7 +327,7 @@ START_TEST(test_ddpd_restart) {
     form_and_check(&d, 2, "after", NULL, again);
     all_exit_ok(again, 2);
     ck_assert_msg(proc_expect(&d.p, "job 'after' formed: world size 2, generation 3", WAIT_MS, NULL, 0), "%s",
-                  proc_output(&d.p));
+                  proc_output_tail(&d.p));
 
     /* a ddpd that does not come back: the members stop once their wait runs out */
     const char *waiting[] = {
@@ -335,10 +336,10 @@ START_TEST(test_ddpd_restart) {
     for (int r = 0; r < 2; r++)
         rank_start(&m[r], &d, 2, r, "gone", waiting);
     for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_expect(&m[r], "barrier 3 ok", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+        ck_assert_msg(proc_expect(&m[r], "barrier 3 ok", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
     ck_assert_int_eq(ddpd_stop(&d), 0);
     for (int r = 0; r < 2; r++) {
-        ck_assert_msg(proc_expect(&m[r], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&m[r]));
+        ck_assert_msg(proc_expect(&m[r], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(&m[r]));
         ck_assert_msg(strstr(line, "and it did not come back within 1000 ms (DDP_COORDINATOR_WAIT_MS)"), "%s", line);
         ck_assert_int_eq(proc_wait(&m[r], WAIT_MS), 3);
         proc_close(&m[r]);
@@ -653,7 +654,7 @@ START_TEST(test_ddpd_flags) {
         int code = proc_wait(&p, WAIT_MS);
         ck_assert_msg(code == 1 || code == 2, "%s exited %d", cases[i].args[0], code);
         ck_assert_msg(strstr(proc_output(&p), cases[i].expected), "expected '%s' in: %s", cases[i].expected,
-                      proc_output(&p));
+                      proc_output_tail(&p));
         proc_close(&p);
     }
     const char *env[] = {"DDPD_HEARTBEAT_MS=99999999", NULL};
@@ -683,7 +684,7 @@ START_TEST(test_ddpd_endpoints) {
         proc_start(&p, argv, NULL);
         ck_assert_int_eq(proc_wait(&p, WAIT_MS), 2);
         ck_assert_msg(strstr(proc_output(&p), bad[i].expected), "%s %s: %s", bad[i].flag, bad[i].value,
-                      proc_output(&p));
+                      proc_output_tail(&p));
         proc_close(&p);
     }
 
@@ -693,15 +694,15 @@ START_TEST(test_ddpd_endpoints) {
     const char *argv[] = {DDPD_PATH, "--listen", ep, NULL};
     proc first, second;
     proc_start(&first, argv, NULL);
-    ck_assert_msg(proc_expect(&first, "listening on", WAIT_MS, NULL, 0), "%s", proc_output(&first));
+    ck_assert_msg(proc_expect(&first, "listening on", WAIT_MS, NULL, 0), "%s", proc_output_tail(&first));
     proc_start(&second, argv, NULL);
     ck_assert_int_eq(proc_wait(&second, WAIT_MS), 1);
-    ck_assert_msg(strstr(proc_output(&second), "another process listens there"), "%s", proc_output(&second));
+    ck_assert_msg(strstr(proc_output(&second), "another process listens there"), "%s", proc_output_tail(&second));
     proc_close(&second);
     const char *status[] = {DDPCTL_PATH, "--coordinator", ep, "status", NULL}; /* the first still answers */
     proc p;
     proc_start(&p, status, NULL);
-    ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s", proc_output(&p));
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s", proc_output_tail(&p));
     proc_close(&p);
     proc_signal(&first, SIGTERM);
     ck_assert_int_eq(proc_wait(&first, WAIT_MS), 0);
@@ -715,7 +716,7 @@ START_TEST(test_ddpd_endpoints) {
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
     close(fd);
     proc_start(&first, argv, NULL);
-    ck_assert_msg(proc_expect(&first, "listening on", WAIT_MS, NULL, 0), "%s", proc_output(&first));
+    ck_assert_msg(proc_expect(&first, "listening on", WAIT_MS, NULL, 0), "%s", proc_output_tail(&first));
     proc_signal(&first, SIGTERM);
     ck_assert_int_eq(proc_wait(&first, WAIT_MS), 0);
     proc_close(&first);
@@ -725,7 +726,7 @@ START_TEST(test_ddpd_endpoints) {
     fclose(f);
     proc_start(&first, argv, NULL);
     ck_assert_int_eq(proc_wait(&first, WAIT_MS), 1);
-    ck_assert_msg(strstr(proc_output(&first), "exists and is not a socket"), "%s", proc_output(&first));
+    ck_assert_msg(strstr(proc_output(&first), "exists and is not a socket"), "%s", proc_output_tail(&first));
     proc_close(&first);
     ck_assert_int_eq(unlink(path), 0);
 }
@@ -754,7 +755,7 @@ START_TEST(test_barrier_timeout) {
         const char *argv[] = {MEMBER_PATH, NULL};
         proc_start(&a, argv, env);
         char line[512];
-        ck_assert_msg(proc_expect(&a, "barrier 0 failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&a));
+        ck_assert_msg(proc_expect(&a, "barrier 0 failed", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(&a));
         ck_assert_msg(strstr(line, runs[k].expected), "expected '%s' in: %s", runs[k].expected, line);
         ck_assert_int_eq(proc_wait(&a, WAIT_MS), 3);
         proc_close(&a);
@@ -785,7 +786,8 @@ START_TEST(test_member_left) {
         rank_start(&late, &d, 2, 1, runs[k].job, two);
         ck_assert_int_eq(proc_wait(&early, WAIT_MS), 0);
         char line[512];
-        ck_assert_msg(proc_expect(&late, "barrier 1 failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&late));
+        ck_assert_msg(proc_expect(&late, "barrier 1 failed", WAIT_MS, line, sizeof(line)), "%s",
+                      proc_output_tail(&late));
         ck_assert_msg(strstr(line, "rank 0 (pid ") && strstr(line, "left the job"), "%s: %s", runs[k].job, line);
         ck_assert_int_eq(proc_wait(&late, WAIT_MS), 3);
         proc_close(&early);
@@ -821,7 +823,7 @@ START_TEST(test_arrival_wait) {
         for (int r = 0; r < 2; r++) {
             char line[256];
             ck_assert_msg(proc_expect(&ranks[r], "arrival wait", WAIT_MS, line, sizeof(line)), "%s",
-                          proc_output(&ranks[r]));
+                          proc_output_tail(&ranks[r]));
             int code = -1;
             ck_assert_int_eq(sscanf(strstr(line, "arrival wait"), "arrival wait %lf s (%d)", &waited[r], &code), 2);
             ck_assert_int_eq(code, 0);
@@ -846,7 +848,7 @@ START_TEST(test_death_while_forming) {
     ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
     proc_signal(&gone, SIGKILL);
     ck_assert_msg(proc_expect(&d.p, "stopped answering while the job was forming", WAIT_MS, NULL, 0), "%s",
-                  proc_output(&d.p));
+                  proc_output_tail(&d.p));
     proc_close(&gone);
     /* Rank 0 is free again: the job forms with newcomers. */
     proc members[2];
@@ -893,7 +895,7 @@ START_TEST(test_stalled_member) {
     for (int r = 0; r < 2; r++)
         member_start(&m[r], &d, 2, r, "stall", args);
     for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_expect(&m[r], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+        ck_assert_msg(proc_expect(&m[r], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
     /* stopped for 1.5 s, more than twice the death limit: stalled, shown, forgiven */
     proc_signal(&m[1], SIGSTOP);
     usleep(1000 * 1000);
@@ -902,15 +904,15 @@ START_TEST(test_stalled_member) {
     proc_start(&ctl, status, NULL);
     ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 0);
     ck_assert_msg(strstr(proc_output(&ctl), "stalled:") && strstr(proc_output(&ctl), "its process is T: stopped"), "%s",
-                  proc_output(&ctl));
+                  proc_output_tail(&ctl));
     proc_close(&ctl);
     usleep(500 * 1000);
     proc_signal(&m[1], SIGCONT);
     all_exit_ok(m, 2);
     ck_assert_msg(proc_expect(&d.p, "its process T: stopped", WAIT_MS, line, sizeof(line)) &&
                       strstr(line, "rank 1 (pid ") && strstr(line, "stalled: silent for"),
-                  "%s", proc_output(&d.p));
-    ck_assert_msg(proc_expect(&d.p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+                  "%s", proc_output_tail(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
 
     ck_assert_int_eq(ddpd_stop(&d), 0);
     /* the same over loopback TCP, where the member's word says which process it is */
@@ -919,23 +921,23 @@ START_TEST(test_stalled_member) {
     for (int r = 0; r < 2; r++)
         member_start(&m[r], &d, 2, r, "stall-tcp", args);
     for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_expect(&m[r], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+        ck_assert_msg(proc_expect(&m[r], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
     proc_signal(&m[1], SIGSTOP);
     usleep(1500 * 1000);
     proc_signal(&m[1], SIGCONT);
     all_exit_ok(m, 2);
-    ck_assert_msg(proc_expect(&d.p, "its process T: stopped", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
-    ck_assert_msg(proc_expect(&d.p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "its process T: stopped", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
     ck_assert_int_eq(ddpd_stop(&d), 0);
     ddpd_start(&d, flags);
 
     /* stopped past the stall limit: the job ends, naming the member and its state */
     for (int r = 0; r < 2; r++)
         member_start(&m[r], &d, 2, r, "stall-2", args);
-    ck_assert_msg(proc_expect(&m[1], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output(&m[1]));
+    ck_assert_msg(proc_expect(&m[1], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[1]));
     uint64_t t0 = clock_now_ms();
     proc_signal(&m[1], SIGSTOP);
-    ck_assert_msg(proc_expect(&m[0], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&m[0]));
+    ck_assert_msg(proc_expect(&m[0], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(&m[0]));
     uint64_t noticed = clock_now_ms() - t0;
     ck_assert_msg(strstr(line, "rank 1 (pid ") && strstr(line, "stopped responding") &&
                       strstr(line, "(state T: stopped; ddpd --stall-timeout 2 s)"),
@@ -944,13 +946,13 @@ START_TEST(test_stalled_member) {
     ck_assert_int_eq(proc_wait(&m[0], WAIT_MS), 3);
     /* when it continues, it is told how its job ended: not that it lost the coordinator */
     proc_signal(&m[1], SIGCONT);
-    ck_assert_msg(proc_expect(&m[1], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output(&m[1]));
+    ck_assert_msg(proc_expect(&m[1], "failed", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(&m[1]));
     ck_assert_msg(strstr(line, "job 'stall-2' aborted: it ended ") &&
                       strstr(line, "while this rank (1) did not answer: rank 1 (pid ") &&
                       strstr(line, "stopped responding"),
                   "%s", line);
     ck_assert_int_eq(proc_wait(&m[1], WAIT_MS), 3);
-    ck_assert_msg(proc_expect(&d.p, "rank 1 answers again", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "rank 1 answers again", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
     for (int r = 0; r < 2; r++)
         proc_close(&m[r]);
     ck_assert_int_eq(ddpd_stop(&d), 0);
@@ -970,17 +972,17 @@ START_TEST(test_watchdog_ends_hung_rank) {
     member_start(&m[0], &d, 2, 0, "hung", busy);
     rank_start(&m[1], &d, 2, 1, "hung", hung);
     for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_expect(&m[r], "barrier 0 ok", WAIT_MS, NULL, 0), "%s", proc_output(&m[r]));
+        ck_assert_msg(proc_expect(&m[r], "barrier 0 ok", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
     proc_signal(&m[0], SIGKILL); /* the job ends; rank 1 hangs outside libddp */
     uint64_t t0 = clock_now_ms();
     char line[512];
     ck_assert_msg(proc_expect(&m[1], "watchdog ends the process", WAIT_MS, line, sizeof(line)), "%s",
-                  proc_output(&m[1]));
+                  proc_output_tail(&m[1]));
     ck_assert_msg(strstr(line, "(DDP_WATCHDOG_MS=1000)"), "%s", line);
     ck_assert_int_eq(proc_wait(&m[1], WAIT_MS), 128 + SIGABRT);
     uint64_t ended = clock_now_ms() - t0; /* the death's detection (1.5 s), then the watchdog's second */
     ck_assert_msg(ended >= 1000 && ended < 8000, "ended after %llu ms", (unsigned long long)ended);
-    ck_assert_msg(strstr(proc_output(&m[1]), "job 'hung' aborted: rank 0 (pid "), "%s", proc_output(&m[1]));
+    ck_assert_msg(strstr(proc_output(&m[1]), "job 'hung' aborted: rank 0 (pid "), "%s", proc_output_tail(&m[1]));
     for (int r = 0; r < 2; r++)
         proc_close(&m[r]);
 

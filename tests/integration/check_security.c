@@ -34,7 +34,7 @@ static void start_ddpd(ddpd_proc *d, const char *flag, const char *value) {
     snprintf(d->endpoint, sizeof(d->endpoint), "%s", endpoint);
     const char *argv[] = {DDPD_PATH, "--listen", endpoint, flag, value, NULL};
     proc_start(&d->p, argv, NULL);
-    ck_assert_msg(proc_expect(&d->p, "listening on ", 10000, NULL, 0), "%s", proc_output(&d->p));
+    ck_assert_msg(proc_expect(&d->p, "listening on ", 10000, NULL, 0), "%s", proc_output_tail(&d->p));
 }
 
 static void stop_ddpd(ddpd_proc *d) {
@@ -87,16 +87,16 @@ START_TEST(test_other_user) {
     /* the other user cannot abort root's job, and sees it without its members */
     ddpctl_as(&ctl, true, "abort", "lab");
     ck_assert_int_ne(proc_wait(&ctl, WAIT_MS), 0);
-    ck_assert_msg(strstr(proc_output(&ctl), "job 'lab' belongs to user root: refused"), "%s", proc_output(&ctl));
+    ck_assert_msg(strstr(proc_output(&ctl), "job 'lab' belongs to user root: refused"), "%s", proc_output_tail(&ctl));
     proc_close(&ctl);
     ddpctl_as(&ctl, true, "status", NULL);
     ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 0);
     ck_assert_msg(strstr(proc_output(&ctl), "job 'lab' of user root: forming, 1/2 members") &&
                       strstr(proc_output(&ctl), "members withheld"),
-                  "%s", proc_output(&ctl));
+                  "%s", proc_output_tail(&ctl));
     char pid[32];
     snprintf(pid, sizeof(pid), " %d ", (int)root0.pid);
-    ck_assert_msg(!strstr(proc_output(&ctl), pid), "root's pid shown to another user: %s", proc_output(&ctl));
+    ck_assert_msg(!strstr(proc_output(&ctl), pid), "root's pid shown to another user: %s", proc_output_tail(&ctl));
     proc_close(&ctl);
 
     /* its rank 1 of 'lab' joins its own job of that name, not root's */
@@ -104,22 +104,22 @@ START_TEST(test_other_user) {
     start_as_other(&stranger, 1, member);
     ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0)); /* a second job, one member */
     member_start(&root1, &d, 2, 1, "lab", barriers);
-    ck_assert_msg(proc_wait(&root0, WAIT_MS) == 0, "%s", proc_output(&root0));
-    ck_assert_msg(proc_wait(&root1, WAIT_MS) == 0, "%s", proc_output(&root1));
-    ck_assert_msg(strstr(proc_output(&root0), "barrier 2 ok"), "%s", proc_output(&root0));
+    ck_assert_msg(proc_wait(&root0, WAIT_MS) == 0, "%s", proc_output_tail(&root0));
+    ck_assert_msg(proc_wait(&root1, WAIT_MS) == 0, "%s", proc_output_tail(&root1));
+    ck_assert_msg(strstr(proc_output(&root0), "barrier 2 ok"), "%s", proc_output_tail(&root0));
 
     /* root sees every job whole; the other user's abort of 'lab' is its own job's end */
     ddpctl_as(&ctl, false, "status", NULL);
     ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 0);
     ck_assert_msg(strstr(proc_output(&ctl), "job 'lab' of user nobody: forming, 1/2 members") &&
                       !strstr(proc_output(&ctl), "withheld"),
-                  "%s", proc_output(&ctl));
+                  "%s", proc_output_tail(&ctl));
     proc_close(&ctl);
     ddpctl_as(&ctl, true, "abort", "lab");
-    ck_assert_msg(proc_wait(&ctl, WAIT_MS) == 0, "%s", proc_output(&ctl));
+    ck_assert_msg(proc_wait(&ctl, WAIT_MS) == 0, "%s", proc_output_tail(&ctl));
     proc_close(&ctl);
     ck_assert_int_ne(proc_wait(&stranger, WAIT_MS), 0);
-    ck_assert_msg(strstr(proc_output(&stranger), "aborted by an operator"), "%s", proc_output(&stranger));
+    ck_assert_msg(strstr(proc_output(&stranger), "aborted by an operator"), "%s", proc_output_tail(&stranger));
     proc_close(&stranger);
     proc_close(&root0);
     proc_close(&root1);
@@ -147,7 +147,7 @@ static void others_undisturbed(void) {
                           NULL};
     proc_start(&theirs, argv, NULL);
     ck_assert_msg(proc_wait(&theirs, WAIT_MS) == 0 && strstr(proc_output(&theirs), "barrier 2 ok"), "%s",
-                  proc_output(&theirs));
+                  proc_output_tail(&theirs));
     proc_close(&theirs);
 }
 
@@ -201,8 +201,8 @@ START_TEST(test_quotas) {
             proc_wait(&ranks[r], WAIT_MS);
             named = named || strstr(proc_output(&ranks[r]), stores[k].needle);
         }
-        ck_assert_msg(named, "%s: neither rank was told: %s\n%s", stores[k].flag, proc_output(&ranks[0]),
-                      proc_output(&ranks[1]));
+        ck_assert_msg(named, "%s: neither rank was told: %s\n%s", stores[k].flag, proc_output_tail(&ranks[0]),
+                      proc_output_tail(&ranks[1]));
         for (int r = 0; r < 2; r++)
             proc_close(&ranks[r]);
         others_undisturbed();
@@ -287,7 +287,7 @@ START_TEST(test_curve) {
                           users,     NULL};
     proc_start(&d.p, argv, NULL);
     char line[512];
-    ck_assert_msg(proc_expect(&d.p, "listening on ", 10000, line, sizeof(line)), "%s", proc_output(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "listening on ", 10000, line, sizeof(line)), "%s", proc_output_tail(&d.p));
     ck_assert(sscanf(strstr(line, "listening on ") + 13, "%256s", d.endpoint) == 1);
     char coord[300], server_env[80], user_env[160], stranger_env[160];
     snprintf(coord, sizeof(coord), "DDP_COORDINATOR=%s", d.endpoint);
@@ -311,8 +311,8 @@ START_TEST(test_curve) {
         proc_start(&ranks[r], member, env);
     }
     for (int r = 0; r < 2; r++) {
-        ck_assert_msg(proc_wait(&ranks[r], WAIT_MS) == 0, "rank %d: %s", r, proc_output(&ranks[r]));
-        ck_assert_msg(strstr(proc_output(&ranks[r]), "barrier 1 ok"), "%s", proc_output(&ranks[r]));
+        ck_assert_msg(proc_wait(&ranks[r], WAIT_MS) == 0, "rank %d: %s", r, proc_output_tail(&ranks[r]));
+        ck_assert_msg(strstr(proc_output(&ranks[r]), "barrier 1 ok"), "%s", proc_output_tail(&ranks[r]));
         proc_close(&ranks[r]);
     }
     /* a key the users file does not name, and no CURVE at all: refused, and told so */
@@ -328,7 +328,7 @@ START_TEST(test_curve) {
                          user_key,    "status",        NULL};
     ck_assert_msg(run_tool(ctl, NULL, out, sizeof(out)) == 0, "%s", out);
     ck_assert_msg(strstr(out, "job 'hosts'") == NULL, "the finished job is gone: %s", out);
-    ck_assert_msg(strstr(proc_output(&d.p), "refused a CURVE client with key"), "%s", proc_output(&d.p));
+    ck_assert_msg(strstr(proc_output(&d.p), "refused a CURVE client with key"), "%s", proc_output_tail(&d.p));
     ck_assert_int_eq(ddpd_stop(&d), 0);
     const char *files[] = {server_key, user_key, stranger_key, users};
     for (size_t i = 0; i < 4; i++)
@@ -437,14 +437,14 @@ START_TEST(test_data_plane) {
             ck_assert_int_eq(waitpid(child, &status, 0), child);
             ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the other user's forger: status %d", status);
         }
-        ck_assert_msg(proc_wait(&ranks[1], WAIT_MS) == 0, "%s", proc_output(&ranks[1]));
-        ck_assert_msg(strstr(proc_output(&ranks[1]), "received 42 from rank 0"), "%s", proc_output(&ranks[1]));
-        ck_assert_msg(proc_expect(&ranks[1], "refused ", 0, line, sizeof(line)), "%s", proc_output(&ranks[1]));
+        ck_assert_msg(proc_wait(&ranks[1], WAIT_MS) == 0, "%s", proc_output_tail(&ranks[1]));
+        ck_assert_msg(strstr(proc_output(&ranks[1]), "received 42 from rank 0"), "%s", proc_output_tail(&ranks[1]));
+        ck_assert_msg(proc_expect(&ranks[1], "refused ", 0, line, sizeof(line)), "%s", proc_output_tail(&ranks[1]));
         unsigned long long connections = 0;
         ck_assert_msg(sscanf(line, "refused %llu connections", &connections) == 1 &&
                           connections >= (geteuid() == 0 ? 2u : 1u) && strstr(line, planes[i].refusal),
                       "%s: %s", planes[i].endpoint, line);
-        ck_assert_msg(proc_wait(&ranks[0], WAIT_MS) == 0, "%s", proc_output(&ranks[0]));
+        ck_assert_msg(proc_wait(&ranks[0], WAIT_MS) == 0, "%s", proc_output_tail(&ranks[0]));
         for (int r = 0; r < 2; r++)
             proc_close(&ranks[r]);
     }

@@ -96,7 +96,7 @@ START_TEST(test_notify_and_metrics) {
                           "--metrics-file", metrics,    NULL};
     ddpd_proc d;
     proc_start(&d.p, argv, env);
-    ck_assert_msg(proc_expect(&d.p, "listening on ", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "listening on ", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
     char line[512];
     d.p.cursor = 0;
     proc_expect(&d.p, "listening on ", 0, line, sizeof(line));
@@ -128,10 +128,10 @@ START_TEST(test_notify_and_metrics) {
     proc c;
     proc_start(&c, ctl, NULL);
     int code = proc_wait(&c, WAIT_MS);
-    ck_assert_msg(code == 0, "ddpctl metrics exited %d: %s", code, proc_output(&c));
+    ck_assert_msg(code == 0, "ddpctl metrics exited %d: %s", code, proc_output_tail(&c));
     expect_prometheus(proc_output(&c));
     ck_assert_msg(strstr(proc_output(&c), "ddpd_job_members{job=\"svc\",state=\"forming\",mode=\"\"} 1"), "%s",
-                  proc_output(&c));
+                  proc_output_tail(&c));
     /* the same counters both ways (the file had two that ddpctl lacked) */
     static const char *const counters[] = {"ddpd_up 1", "ddpd_bad_messages_total 0", "ddpd_job_aborts_total 0"};
     for (int i = 0; i < 3; i++)
@@ -146,7 +146,7 @@ START_TEST(test_notify_and_metrics) {
     ck_assert(strstr(proc_output(&c), "job 'svc' aborted"));
     proc_close(&c);
     ck_assert_msg(proc_expect(&m, "aborted by an operator: ddpctl abort (pid", WAIT_MS, NULL, 0), "%s",
-                  proc_output(&m));
+                  proc_output_tail(&m));
     ck_assert_int_eq(proc_wait(&m, WAIT_MS), 2);
     proc_close(&m);
     const char *missing[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "abort", "nope", NULL};
@@ -182,7 +182,7 @@ START_TEST(test_stall_report) {
     for (int r = 0; r < 2; r++)
         rank_start(&ranks[r], &d, 2, r, "stall", argv);
     for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_expect(&ranks[r], "waiting", WAIT_MS, NULL, 0), "%s", proc_output(&ranks[r]));
+        ck_assert_msg(proc_expect(&ranks[r], "waiting", WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[r]));
     /* Ask until the wait is long enough to be reported (each ask is a full request). */
     const char *ctl[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", NULL};
     bool found = false;
@@ -193,7 +193,7 @@ START_TEST(test_stall_report) {
         found = strstr(proc_output(&c), "rank 0 has waited") != NULL;
         if (found)
             ck_assert_msg(strstr(proc_output(&c), "in all_reduce #") && strstr(proc_output(&c), "for rank 1"), "%s",
-                          proc_output(&c));
+                          proc_output_tail(&c));
         proc_close(&c);
     }
     ck_assert_msg(found, "no stall report");

@@ -90,7 +90,7 @@ START_TEST(test_equivalence) {
                                   "32",     "--lr",    "0.1",       "--checkpoint", ckpt,      NULL};
             proc p;
             int code = train(&p, worlds[wi], args);
-            ck_assert_msg(code == 0, "%s on %d: exit %d: %s", modes[mi], worlds[wi], code, proc_output(&p));
+            ck_assert_msg(code == 0, "%s on %d: exit %d: %s", modes[mi], worlds[wi], code, proc_output_tail(&p));
             proc_close(&p);
             float *params = read_params(ckpt, &n);
             if (!reference) {
@@ -135,7 +135,8 @@ START_TEST(test_transports) {
                 "32",     "--lr",    "0.1",         "--checkpoint",    ckpt,      NULL};
             proc p;
             int code = train(&p, 2, args);
-            ck_assert_msg(code == 0, "%s over %s: exit %d: %s", modes[mi], t ? "zmq" : "shm", code, proc_output(&p));
+            ck_assert_msg(code == 0, "%s over %s: exit %d: %s", modes[mi], t ? "zmq" : "shm", code,
+                          proc_output_tail(&p));
             proc_close(&p);
             read_file(ckpt, &bytes[t], &sizes[t]);
         }
@@ -204,7 +205,7 @@ START_TEST(test_ps_shared_memory) {
                               NULL};
         rank_start(&ranks[r], &d, 2, r, "ps-shm", argv);
     }
-    ck_assert_msg(proc_expect(&ranks[0], "epoch 1:", WAIT_MS, NULL, 0), "%s", proc_output(&ranks[0]));
+    ck_assert_msg(proc_expect(&ranks[0], "epoch 1:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[0]));
     ck_assert_msg(maps_segment(ranks[0].pid, "ddp-ps-push") && maps_segment(ranks[0].pid, "ddpd-average"),
                   "rank 0 does not share memory with ddpd");
     ck_assert_msg(!maps_segment(ranks[1].pid, "ddpd-average"), "rank 1 (DDP_TRANSPORT=zmq) maps ddpd's segment");
@@ -220,7 +221,7 @@ START_TEST(test_ps_shared_memory) {
     close(sock);
     close(fd);
     const char *ctl_progress = "epoch 3:"; /* and training goes on */
-    ck_assert_msg(proc_expect(&ranks[0], ctl_progress, WAIT_MS, NULL, 0), "%s", proc_output(&ranks[0]));
+    ck_assert_msg(proc_expect(&ranks[0], ctl_progress, WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[0]));
     for (int r = 0; r < 2; r++)
         proc_signal(&ranks[r], SIGTERM);
     for (int r = 0; r < 2; r++) {
@@ -257,7 +258,7 @@ START_TEST(test_resume_is_exact) {
         ck_assert_int_eq(train(&p, 2, first), 0);
         proc_close(&p);
         int code = train(&p, 2, second);
-        ck_assert_msg(code == 0, "resume: %s", proc_output(&p));
+        ck_assert_msg(code == 0, "resume: %s", proc_output_tail(&p));
         proc_close(&p);
         ck_assert_int_eq(train(&p, 2, straight), 0);
         proc_close(&p);
@@ -297,7 +298,7 @@ START_TEST(test_model_parallel) {
         ck_assert_int_eq(train(&p, 2, whole), 0);
         proc_close(&p);
         int code = train(&p, 2, split);
-        ck_assert_msg(code == 0, "%s --devices: %s", modes[mi], proc_output(&p));
+        ck_assert_msg(code == 0, "%s --devices: %s", modes[mi], proc_output_tail(&p));
         proc_close(&p);
         assert_same_file(a, b, modes[mi]);
     }
@@ -311,7 +312,7 @@ START_TEST(test_model_parallel) {
     ck_assert_int_eq(train(&p, 2, first), 0);
     proc_close(&p);
     int code = train(&p, 2, rest);
-    ck_assert_msg(code == 0, "resume with --devices: %s", proc_output(&p));
+    ck_assert_msg(code == 0, "resume with --devices: %s", proc_output_tail(&p));
     proc_close(&p);
     assert_same_file(a, c, "resumed split");
 }
@@ -359,7 +360,7 @@ START_TEST(test_bad_inputs) {
         int code = train(&p, cases[i].n, cases[i].args);
         ck_assert_msg(code != 0, "%s: exit 0", cases[i].case_name);
         ck_assert_msg(strstr(proc_output(&p), cases[i].expected), "%s: expected '%s' in: %s", cases[i].case_name,
-                      cases[i].expected, proc_output(&p));
+                      cases[i].expected, proc_output_tail(&p));
         proc_close(&p);
     }
 
@@ -400,7 +401,7 @@ START_TEST(test_bad_inputs) {
         int code = train(&p, 1, args);
         ck_assert_msg(code != 0, "%s: exit 0", broken[i].what);
         ck_assert_msg(strstr(proc_output(&p), broken[i].expected), "%s: expected '%s' in: %s", broken[i].what,
-                      broken[i].expected, proc_output(&p));
+                      broken[i].expected, proc_output_tail(&p));
         proc_close(&p);
     }
 
@@ -412,7 +413,7 @@ START_TEST(test_bad_inputs) {
     const char *garbage[] = {"--checkpoint", path, "--resume", "--steps", "2", "--batch-size", "32", NULL};
     proc p;
     ck_assert_int_ne(train(&p, 2, garbage), 0);
-    ck_assert_msg(strstr(proc_output(&p), "not a ddp-worker checkpoint"), "%s", proc_output(&p));
+    ck_assert_msg(strstr(proc_output(&p), "not a ddp-worker checkpoint"), "%s", proc_output_tail(&p));
     proc_close(&p);
     char good[256];
     snprintf(good, sizeof(good), "%s/good.ckpt", dir);
@@ -421,7 +422,7 @@ START_TEST(test_bad_inputs) {
     proc_close(&p);
     copy_file(good, path, 2000);
     ck_assert_int_ne(train(&p, 1, garbage), 0);
-    ck_assert_msg(strstr(proc_output(&p), "truncated"), "%s", proc_output(&p));
+    ck_assert_msg(strstr(proc_output(&p), "truncated"), "%s", proc_output_tail(&p));
     proc_close(&p);
     /* one flipped bit: the checksum notices */
     char *data;
@@ -433,7 +434,7 @@ START_TEST(test_bad_inputs) {
     fclose(f);
     free(data);
     ck_assert_int_ne(train(&p, 1, garbage), 0);
-    ck_assert_msg(strstr(proc_output(&p), "checksum mismatch"), "%s", proc_output(&p));
+    ck_assert_msg(strstr(proc_output(&p), "checksum mismatch"), "%s", proc_output_tail(&p));
     proc_close(&p);
 }
 END_TEST
@@ -448,13 +449,13 @@ START_TEST(test_sigterm_keeps_the_checkpoint) {
                           "--batch-size", "32", "--epochs", "100000", "--checkpoint",  ckpt,     NULL};
     proc p;
     proc_start(&p, argv, NULL);
-    ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
     proc_signal(&p, SIGTERM);
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 143);
     char line[256];
-    ck_assert_msg(proc_expect(&p, "stopped by a signal at step", 0, line, sizeof(line)), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&p, "stopped by a signal at step", 0, line, sizeof(line)), "%s", proc_output_tail(&p));
     unsigned long long step = strtoull(strstr(line, "at step ") + 8, NULL, 10);
-    ck_assert_msg(!strstr(proc_output(&p), "error"), "%s", proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "error"), "%s", proc_output_tail(&p));
     checkpoint_info expect = {.model = MODEL, .n_params = 64 * 16 + 16 + 16 * 10 + 10}, info;
     float *params = malloc(expect.n_params * sizeof(float));
     char err[512];
@@ -477,14 +478,14 @@ START_TEST(test_restart_resumes) {
     proc p;
     proc_start(&p, argv, NULL);
     char line[256];
-    ck_assert_msg(proc_expect(&p, "rank 1 is pid ", WAIT_MS, line, sizeof(line)), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&p, "rank 1 is pid ", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(&p));
     int pid = atoi(strstr(line, "rank 1 is pid ") + 14);
-    ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
     ck_assert_int_eq(kill(pid, SIGKILL), 0);
-    ck_assert_msg(proc_expect(&p, "starting it again (1 of 1 restarts)", WAIT_MS, NULL, 0), "%s", proc_output(&p));
-    ck_assert_msg(proc_expect(&p, "resumed from", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&p, "starting it again (1 of 1 restarts)", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
+    ck_assert_msg(proc_expect(&p, "resumed from", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
     int code = proc_wait(&p, WAIT_MS);
-    ck_assert_msg(code == 0, "exit %d: %s", code, proc_output(&p));
+    ck_assert_msg(code == 0, "exit %d: %s", code, proc_output_tail(&p));
     checkpoint_info expect = {.model = MODEL, .n_params = 64 * 16 + 16 + 16 * 10 + 10}, info;
     float *params = malloc(expect.n_params * sizeof(float));
     char err[512];
@@ -517,7 +518,7 @@ START_TEST(test_one_rank_gives_up) {
     for (int r = 0; r < 2; r++)
         rank_start(&w[r], &d, 2, r, NULL, argv);
     char line[512];
-    ck_assert_msg(proc_expect(&w[1], "gave up", WAIT_MS, line, sizeof(line)), "%s", proc_output(&w[1]));
+    ck_assert_msg(proc_expect(&w[1], "gave up", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(&w[1]));
     ck_assert_msg(strstr(line, "rank 0 (pid ") && strstr(line, "/nonexistent-dir/x.ckpt"), "%s", line);
     ck_assert_int_eq(proc_wait(&w[0], WAIT_MS), 2);
     ck_assert_int_eq(proc_wait(&w[1], WAIT_MS), 1);
@@ -534,8 +535,8 @@ START_TEST(test_metrics) {
     const char *args[] = {"--metrics", pattern, "--epochs", "1", "--batch-size", "32", NULL};
     proc p;
     int code = train(&p, 2, args);
-    ck_assert_msg(code == 0, "%s", proc_output(&p));
-    ck_assert_msg(strstr(proc_output(&p), "test accuracy"), "%s", proc_output(&p));
+    ck_assert_msg(code == 0, "%s", proc_output_tail(&p));
+    ck_assert_msg(strstr(proc_output(&p), "test accuracy"), "%s", proc_output_tail(&p));
     proc_close(&p);
     for (int r = 0; r < 2; r++) {
         char path[160], *text;
@@ -568,7 +569,7 @@ START_TEST(test_metrics) {
     snprintf(only, sizeof(only), "%s/rank0-only.jsonl", dir);
     const char *rank0[] = {"--metrics", only, "--epochs", "2", "--batch-size", "32", NULL};
     code = train(&p, 2, rank0);
-    ck_assert_msg(code == 0, "%s", proc_output(&p));
+    ck_assert_msg(code == 0, "%s", proc_output_tail(&p));
     proc_close(&p);
     ck_assert_int_eq(access(only, R_OK), 0);
 }
@@ -583,7 +584,7 @@ START_TEST(test_fashion_mnist) {
     proc_start(&p, argv, NULL);
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
     char line[256];
-    ck_assert_msg(proc_expect(&p, "test accuracy", 0, line, sizeof(line)), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&p, "test accuracy", 0, line, sizeof(line)), "%s", proc_output_tail(&p));
     double acc = atof(strstr(line, "test accuracy") + 14);
     ck_assert_msg(acc > 0.75, "accuracy %.4f after an epoch of linear: %s", acc, line);
     proc_close(&p);
@@ -599,7 +600,7 @@ START_TEST(test_toy) {
     proc_start(&p, argv, NULL);
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
     ck_assert_msg(proc_expect(&p, "epoch 2: loss", 0, NULL, 0) && strstr(proc_output(&p), "test loss"), "%s",
-                  proc_output(&p));
+                  proc_output_tail(&p));
     proc_close(&p);
     char *text;
     size_t n;

@@ -62,7 +62,7 @@ static void path_in_dir(char *buf, size_t size, const char *name) {
 }
 
 static void assert_output(proc *p, const char *needle) {
-    ck_assert_msg(strstr(proc_output(p), needle), "expected '%s' in:\n%s", needle, proc_output(p));
+    ck_assert_msg(strstr(proc_output(p), needle), "expected '%s' in:\n%s", needle, proc_output_tail(p));
 }
 
 static checkpoint_info read_info(const char *path) {
@@ -107,7 +107,7 @@ START_TEST(test_not_regular_files) {
     ck_assert_int_eq(train(&p, 1, args), 2);
     assert_output(&p, "--checkpoint ");
     assert_output(&p, "a FIFO, not a regular file");
-    ck_assert_msg(!strstr(proc_output(&p), "epoch"), "%s", proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "epoch"), "%s", proc_output_tail(&p));
     proc_close(&p);
     struct stat st;
     ck_assert_int_eq(lstat(fifo, &st), 0);
@@ -137,7 +137,7 @@ START_TEST(test_symlink_written_through) {
     ck_assert_int_eq(symlink(real, link), 0);
     const char *args[] = {"--checkpoint", link, "--steps", "3", NULL};
     proc p;
-    ck_assert_msg(train(&p, 1, args) == 0, "%s", proc_output(&p));
+    ck_assert_msg(train(&p, 1, args) == 0, "%s", proc_output_tail(&p));
     proc_close(&p);
     struct stat st;
     ck_assert_int_eq(lstat(link, &st), 0);
@@ -163,7 +163,7 @@ START_TEST(test_bad_checkpoint_directory) {
     proc p;
     ck_assert_int_eq(train(&p, 1, args), 2);
     assert_output(&p, "--checkpoint /nonexistent-dir/x.ckpt: the directory /nonexistent-dir does not exist");
-    ck_assert_msg(!strstr(proc_output(&p), "epoch 1:") && !strstr(proc_output(&p), ".tmp"), "%s", proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "epoch 1:") && !strstr(proc_output(&p), ".tmp"), "%s", proc_output_tail(&p));
     proc_close(&p);
 }
 END_TEST
@@ -211,12 +211,13 @@ START_TEST(test_sighup_keeps_the_checkpoint) {
     proc w[2];
     for (int r = 0; r < 2; r++)
         rank_start(&w[r], &d, 2, r, "hup", argv);
-    ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&w[0]));
+    ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[0]));
     proc_signal(&w[1], SIGHUP); /* one rank's terminal: every rank stops with it */
     for (int r = 0; r < 2; r++)
         ck_assert_int_eq(proc_wait(&w[r], WAIT_MS), 128 + SIGHUP);
     char line[256];
-    ck_assert_msg(proc_expect(&w[0], "stopped by a signal at step", 0, line, sizeof(line)), "%s", proc_output(&w[0]));
+    ck_assert_msg(proc_expect(&w[0], "stopped by a signal at step", 0, line, sizeof(line)), "%s",
+                  proc_output_tail(&w[0]));
     unsigned long long step = strtoull(strstr(line, "at step ") + 8, NULL, 10);
     ck_assert_uint_eq(read_info(ckpt).step, step);
     for (int r = 0; r < 2; r++)
@@ -239,7 +240,7 @@ START_TEST(test_interrupted_while_forming) {
     proc_signal(&w, SIGINT);
     ck_assert_int_eq(proc_wait(&w, WAIT_MS), 128 + SIGINT);
     ck_assert_msg(clock_now_ms() - t0 < 5000, "took %llu ms", (unsigned long long)(clock_now_ms() - t0));
-    ck_assert_msg(proc_expect(&d.p, "left while forming", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+    ck_assert_msg(proc_expect(&d.p, "left while forming", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
     proc_close(&w);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 
@@ -248,12 +249,12 @@ START_TEST(test_interrupted_while_forming) {
                             "--data",     dir,  "--model", MODEL,       "--world-size", "3",     NULL};
     proc p;
     proc_start(&p, launch, NULL);
-    ck_assert_msg(proc_expect(&p, "joined (2/3)", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+    ck_assert_msg(proc_expect(&p, "joined (2/3)", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
     t0 = clock_now_ms();
     proc_signal(&p, SIGTERM);
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 128 + SIGTERM);
     ck_assert_msg(clock_now_ms() - t0 < 10000, "took %llu ms", (unsigned long long)(clock_now_ms() - t0));
-    ck_assert_msg(!strstr(proc_output(&p), "SIGKILL"), "%s", proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "SIGKILL"), "%s", proc_output_tail(&p));
     proc_close(&p);
 }
 END_TEST
@@ -287,24 +288,25 @@ START_TEST(test_coordinator_restart_and_loss) {
     proc w[2];
     for (int r = 0; r < 2; r++)
         rank_start(&w[r], &d, 2, r, "lab", argv);
-    ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&w[0]));
+    ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[0]));
     ck_assert_int_eq(ddpd_stop(&d), 0);
-    ck_assert_msg(proc_expect(&w[0], "epoch ", WAIT_MS, NULL, 0), "%s", proc_output(&w[0])); /* it trains on */
+    ck_assert_msg(proc_expect(&w[0], "epoch ", WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[0])); /* it trains on */
     ddpd_start(&d, flags);
     for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_expect(&w[r], "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", proc_output(&w[r]));
-    ck_assert_msg(proc_expect(&d.p, "job 'lab' (generation 1) recovered", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+        ck_assert_msg(proc_expect(&w[r], "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[r]));
+    ck_assert_msg(proc_expect(&d.p, "job 'lab' (generation 1) recovered", WAIT_MS, NULL, 0), "%s",
+                  proc_output_tail(&d.p));
 
     ck_assert_int_eq(ddpd_stop(&d), 0); /* for good */
     for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_wait(&w[r], WAIT_MS) == 75, "rank %d: %s", r, proc_output(&w[r]));
+        ck_assert_msg(proc_wait(&w[r], WAIT_MS) == 75, "rank %d: %s", r, proc_output_tail(&w[r]));
     ck_assert_msg(proc_expect(&w[0], "its coordinator gone; checkpoint written", 0, line, sizeof(line)), "%s",
-                  proc_output(&w[0]));
+                  proc_output_tail(&w[0]));
     unsigned long long step = strtoull(strstr(line, "at step ") + 8, NULL, 10);
     ck_assert_uint_eq(read_info(ckpt).step, step);
     const char *asked = "asking the program to stop (ddp_stop_requested)"; /* the first to ask stops them all */
     ck_assert_msg(strstr(proc_output(&w[0]), asked) || strstr(proc_output(&w[1]), asked), "%s\n%s", proc_output(&w[0]),
-                  proc_output(&w[1]));
+                  proc_output_tail(&w[1]));
     for (int r = 0; r < 2; r++)
         proc_close(&w[r]);
 
@@ -315,15 +317,15 @@ START_TEST(test_coordinator_restart_and_loss) {
     for (int r = 0; r < 2; r++)
         rank_start(&w[r], &d, 2, r, "lab", more);
     ck_assert_msg(proc_expect(&d.p, "job 'lab' formed: world size 2, generation 2", WAIT_MS, NULL, 0), "%s",
-                  proc_output(&d.p));
+                  proc_output_tail(&d.p));
     char resumed[64];
     snprintf(resumed, sizeof(resumed), "at step %llu,", step);
-    ck_assert_msg(proc_expect(&w[0], resumed, WAIT_MS, NULL, 0), "%s", proc_output(&w[0]));
-    ck_assert_msg(proc_expect(&w[0], "epoch ", WAIT_MS, NULL, 0), "%s", proc_output(&w[0]));
+    ck_assert_msg(proc_expect(&w[0], resumed, WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[0]));
+    ck_assert_msg(proc_expect(&w[0], "epoch ", WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[0]));
     for (int r = 0; r < 2; r++)
         proc_signal(&w[r], SIGTERM);
     for (int r = 0; r < 2; r++) {
-        ck_assert_msg(proc_wait(&w[r], WAIT_MS) == 128 + SIGTERM, "rank %d: %s", r, proc_output(&w[r]));
+        ck_assert_msg(proc_wait(&w[r], WAIT_MS) == 128 + SIGTERM, "rank %d: %s", r, proc_output_tail(&w[r]));
         proc_close(&w[r]);
     }
     ck_assert_int_eq(ddpd_stop(&d), 0);
@@ -343,7 +345,7 @@ START_TEST(test_ps_through_ddpd_restart) {
     ck_assert_int_eq(mkdir(state, 0700), 0);
     const char *plain[] = {"--mode", "ps", "--steps", "2000", "--checkpoint", reference, NULL};
     proc p;
-    ck_assert_msg(train(&p, 2, plain) == 0, "%s", proc_output(&p));
+    ck_assert_msg(train(&p, 2, plain) == 0, "%s", proc_output_tail(&p));
     proc_close(&p);
     size_t expected_size, size;
     char *expected = read_bytes(reference, &expected_size);
@@ -359,14 +361,15 @@ START_TEST(test_ps_through_ddpd_restart) {
             "ps",         "--steps", "2000",    "--checkpoint",  ckpt,           "--overwrite", NULL};
         const char *env[] = {transport, "DDP_TIMEOUT_MS=20000", NULL};
         proc_start(&p, argv, env);
-        ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output(&p));
+        ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
         proc_signal(&d.p, sig);
         proc_wait(&d.p, WAIT_MS);
         proc_close(&d.p);
         ddpd_start(&d, flags);
-        ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s: %s", transport, proc_output(&p));
+        ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s: %s", transport, proc_output_tail(&p));
         assert_output(&p, "rejoined ddpd at");
-        ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, NULL, 0), "%s", proc_output(&d.p));
+        ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, NULL, 0), "%s",
+                      proc_output_tail(&d.p));
         proc_close(&p);
         ck_assert_int_eq(ddpd_stop(&d), 0);
         char *got = read_bytes(ckpt, &size);
@@ -398,7 +401,7 @@ START_TEST(test_usage_exit_codes) {
         const char *env[] = {cases[i].env, NULL};
         proc p;
         int code = train_env(&p, cases[i].n, cases[i].args, env);
-        ck_assert_msg(code == 2, "%s: exit %d, not 2:\n%s", cases[i].what, code, proc_output(&p));
+        ck_assert_msg(code == 2, "%s: exit %d, not 2:\n%s", cases[i].what, code, proc_output_tail(&p));
         assert_output(&p, cases[i].expected);
         proc_close(&p);
     }
@@ -413,10 +416,10 @@ START_TEST(test_usage_exit_codes) {
     int usage = 0;
     for (int r = 0; r < 4; r++) {
         int code = proc_wait(&r4[r], WAIT_MS);
-        ck_assert_msg(code == 2 || code == 1, "rank %d: exit %d: %s", r, code, proc_output(&r4[r]));
+        ck_assert_msg(code == 2 || code == 1, "rank %d: exit %d: %s", r, code, proc_output_tail(&r4[r]));
         if (code == 2) {
             ck_assert_msg(strstr(proc_output(&r4[r]), "--batch-size 30 does not split evenly over 4 workers"), "%s",
-                          proc_output(&r4[r]));
+                          proc_output_tail(&r4[r]));
             usage++;
         }
         proc_close(&r4[r]);
@@ -427,7 +430,7 @@ START_TEST(test_usage_exit_codes) {
     proc w;
     rank_start(&w, &d, 2, 7, "bad-rank", argv);
     ck_assert_int_eq(proc_wait(&w, WAIT_MS), 2);
-    ck_assert_msg(strstr(proc_output(&w), "RANK='7'"), "%s", proc_output(&w));
+    ck_assert_msg(strstr(proc_output(&w), "RANK='7'"), "%s", proc_output_tail(&w));
     proc_close(&w);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
@@ -510,12 +513,12 @@ START_TEST(test_resume_edges) {
     assert_output(&p, "at step 8, after epoch 1");
     assert_output(&p, "nothing left to train: the run is at step 8, 1 epoch done");
     assert_output(&p, accuracy);
-    ck_assert_msg(!strstr(proc_output(&p), "nan") && !strstr(proc_output(&p), "epoch 2"), "%s", proc_output(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "nan") && !strstr(proc_output(&p), "epoch 2"), "%s", proc_output_tail(&p));
     proc_close(&p);
     static const char *const changes[][2] = {{"--sampler", "global"}, {"--lr", "0.5"}, {"--momentum", "0.9"}};
     for (int i = 0; i < 3; i++) {
         const char *other[] = {"--checkpoint", ckpt, "--epochs", "2", "--resume", changes[i][0], changes[i][1], NULL};
-        ck_assert_msg(train(&p, 1, other) == 2, "%s: %s", changes[i][0], proc_output(&p));
+        ck_assert_msg(train(&p, 1, other) == 2, "%s: %s", changes[i][0], proc_output_tail(&p));
         assert_output(&p, "it would not continue the same run");
         proc_close(&p);
     }
@@ -554,7 +557,7 @@ START_TEST(test_checkpoint_keep) {
     path_in_dir(ckpt, sizeof(ckpt), "ckpt");
     const char *args[] = {"--checkpoint", ckpt, "--epochs", "3", "--checkpoint-keep", "2", NULL};
     proc p;
-    ck_assert_msg(train(&p, 1, args) == 0, "%s", proc_output(&p));
+    ck_assert_msg(train(&p, 1, args) == 0, "%s", proc_output_tail(&p));
     proc_close(&p);
     ck_assert_uint_eq(read_info(ckpt).step, 24);
     static const int kept[] = {16, 24};
@@ -579,7 +582,7 @@ START_TEST(test_checkpoint_disk_full) {
     snprintf(ckpt, sizeof(ckpt), "%s/ckpt", small);
     const char *args[] = {"--checkpoint", ckpt, "--epochs", "3", NULL};
     proc p;
-    ck_assert_msg(train(&p, 1, args) == 1, "%s", proc_output(&p));
+    ck_assert_msg(train(&p, 1, args) == 1, "%s", proc_output_tail(&p));
     for (int step = 16; step <= 24; step += 8) {
         char needle[256];
         snprintf(needle, sizeof(needle), "checkpoint of step %d not written: --checkpoint %s: ", step, ckpt);

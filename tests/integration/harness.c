@@ -159,6 +159,12 @@ const char *proc_output(proc *p) {
     return p->buf ? p->buf : "";
 }
 
+const char *proc_output_tail(proc *p) {
+    const char *out = proc_output(p);
+    size_t n = strlen(out);
+    return n > 3000 ? out + n - 3000 : out;
+}
+
 void ddpd_start(ddpd_proc *d, const char *const *extra_args) {
     const char *argv[32] = {DDPD_PATH, "--listen", "tcp://127.0.0.1:*"};
     size_t n = 3;

@@ -33,6 +33,9 @@ void proc_signal(proc *p, int sig);
 void proc_close(proc *p);
 /* What it printed, for failure messages. */
 const char *proc_output(proc *p);
+/* The last 3000 bytes of it: Check's messages have a length limit (a longer one ends the
+ * test with "Message string too long" and loses the message), and the end says what went wrong. */
+const char *proc_output_tail(proc *p);
 
 typedef struct {
     proc p;

@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fd_limit.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "worker/tools/line_stream.h"
@@ -544,13 +545,7 @@ int launcher_run(const launcher_options *opts, int *exit_code) {
     saved_signals saved;
     rank_env env = {0};
     /* Two pipes a rank: 1024 ranks need more descriptors than the usual soft limit. */
-    rlim_t needed = 2 * (rlim_t)opts->nproc + 64;
-    if (getrlimit(RLIMIT_NOFILE, &l.files) == 0 && l.files.rlim_cur != RLIM_INFINITY && l.files.rlim_cur < needed) {
-        struct rlimit more = {.rlim_cur = needed, .rlim_max = l.files.rlim_max};
-        if (more.rlim_max != RLIM_INFINITY && more.rlim_cur > more.rlim_max)
-            more.rlim_cur = more.rlim_max;
-        l.files_raised = setrlimit(RLIMIT_NOFILE, &more) == 0;
-    }
+    l.files_raised = fd_limit_raise(&l.files) == 0;
     int r = signals_install(&saved);
     if (r < 0) {
         log_error("cannot set up signal handling: %s", strerror(-r));

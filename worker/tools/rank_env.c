@@ -1,9 +1,13 @@
 #include "worker/tools/rank_env.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -12,28 +16,19 @@ bool env_entry_is(const char *kv, const char *key) {
     return strncmp(kv, key, n) == 0 && kv[n] == '=';
 }
 
-/* "tcp://10.0.0.1:29500" -> "10.0.0.1" and "29500"; "tcp://[::1]:29500" -> "::1". False
- * for anything else (ipc://, a port that is not a number). */
-static bool endpoint_split(const char *ep, char *host, size_t host_size, char *port, size_t port_size) {
-    if (strncmp(ep, "tcp://", 6) != 0)
-        return false;
-    ep += 6;
-    const char *colon = strrchr(ep, ':');
-    size_t plen = colon ? strlen(colon + 1) : 0;
-    if (!colon || colon == ep || plen == 0 || plen > 5 || plen >= port_size || strspn(colon + 1, "0123456789") != plen)
-        return false;
-    const char *h = ep;
-    size_t hlen = (size_t)(colon - ep);
-    if (h[0] == '[' && h[hlen - 1] == ']') {
-        h++;
-        hlen -= 2;
-    }
-    if (hlen == 0 || hlen >= host_size)
-        return false;
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    memcpy(port, colon + 1, plen + 1);
-    return true;
+/* A TCP port on loopback that nothing listens on now, for torch's own store (rank 0
+ * serves it on MASTER_PORT): ddpd's port, bound already, is never the one. 0 on failure. */
+static int free_loopback_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(addr);
+    int port = 0;
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 && getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
+        port = ntohs(addr.sin_port);
+    close(fd);
+    return port;
 }
 
 /* The last slots are left for RANK, LOCAL_RANK and the data endpoint, filled per rank. */
@@ -60,11 +55,12 @@ int rank_env_build(rank_env *e, int nproc, const char *job, const char *coordina
     e->envp[k++] = e->world;
     e->envp[k++] = e->local_world;
     e->envp[k++] = e->coordinator;
-    /* libddp reads DDP_COORDINATOR first; the torchrun pair is for everything else. */
-    char host[DDP_MAX_ENDPOINT + 1], port[16];
-    if (endpoint_split(coordinator, host, sizeof(host), port, sizeof(port))) {
-        snprintf(e->master_addr, sizeof(e->master_addr), "MASTER_ADDR=%s", host);
-        snprintf(e->master_port, sizeof(e->master_port), "MASTER_PORT=%s", port);
+    /* libddp reads DDP_COORDINATOR; the torchrun pair is for torch's own store (env://),
+     * which must not be ddpd's port: every rank is on this host, rank 0 serves it. */
+    int port = free_loopback_port();
+    if (port > 0) {
+        snprintf(e->master_addr, sizeof(e->master_addr), "MASTER_ADDR=127.0.0.1");
+        snprintf(e->master_port, sizeof(e->master_port), "MASTER_PORT=%d", port);
         e->envp[k++] = e->master_addr;
         e->envp[k++] = e->master_port;
     }

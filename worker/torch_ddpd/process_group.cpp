@@ -1,0 +1,469 @@
+#include "process_group.hpp"
+
+#include <Python.h>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
+
+#include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
+
+#include "ddp_types.hpp"
+#include "staging.hpp"
+#include "work.hpp"
+
+namespace torch_ddpd {
+
+namespace {
+
+// The groups still open, for shutdown_all at exit (torch keeps the default group in a
+// global that may never be destroyed).
+std::mutex open_groups_mutex;
+std::set<ProcessGroup *> open_groups;
+int groups_created = 0;
+
+// The job a group joins: the first of this process's groups is the job ddp-run (or
+// DDP_JOB) names; a later one (dist.new_group) gets a name that its rank 0 makes up and
+// the others read from torch's store for that group.
+std::string job_name(const c10::intrusive_ptr<c10d::Store> &store, int rank, int index) {
+    const char *env = getenv("DDP_JOB");
+    std::string base = env && *env ? env : "default";
+    if (index == 0)
+        return base;
+    const std::string key = "torch_ddpd/job";
+    if (rank == 0) {
+        std::string name = base + ".group" + std::to_string(index) + "." + std::to_string(getpid());
+        store->set(key, std::vector<uint8_t>(name.begin(), name.end()));
+        return name;
+    }
+    std::vector<uint8_t> value = store->get(key);
+    return std::string(value.begin(), value.end());
+}
+
+void check_same(const std::vector<at::Tensor> &tensors, const char *operation) {
+    TORCH_CHECK(!tensors.empty(), "ddpd: ", operation, " needs at least one tensor");
+    for (const at::Tensor &t : tensors) {
+        TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "ddpd: ", operation, ": the tensors differ in type (",
+                    t.scalar_type(), " and ", tensors[0].scalar_type(), ")");
+        TORCH_CHECK(t.numel() == tensors[0].numel(), "ddpd: ", operation, ": the tensors differ in size (", t.numel(),
+                    " and ", tensors[0].numel(), " elements)");
+    }
+}
+
+void check_one(const std::vector<at::Tensor> &tensors, const char *operation) {
+    TORCH_CHECK(tensors.size() == 1, "ddpd: ", operation, " takes one tensor per rank, not ", tensors.size());
+}
+
+void check_root(int64_t root, int size, const char *operation) {
+    TORCH_CHECK(root >= 0 && root < size, "ddpd: ", operation, ": root ", root, " is not a rank of this group of ",
+                size);
+}
+
+// Combines a rank's several tensors into one before the all-reduce (gloo's meaning of
+// a list: one result over every tensor of every rank).
+at::Tensor combine(const std::vector<at::Tensor> &tensors, c10d::ReduceOp::RedOpType op) {
+    at::Tensor acc = tensors[0].to(at::kCPU).contiguous().clone();
+    for (size_t i = 1; i < tensors.size(); i++) {
+        at::Tensor t = tensors[i].to(at::kCPU);
+        switch (op) {
+        case c10d::ReduceOp::PRODUCT:
+            acc.mul_(t);
+            break;
+        case c10d::ReduceOp::MIN:
+            acc = at::minimum(acc, t);
+            break;
+        case c10d::ReduceOp::MAX:
+            acc = at::maximum(acc, t);
+            break;
+        default: // SUM, AVG
+            acc.add_(t);
+        }
+    }
+    return acc;
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d::Store> &store, int rank,
+                                                            int size, std::chrono::milliseconds timeout) {
+    int index;
+    {
+        std::lock_guard<std::mutex> lock(open_groups_mutex);
+        index = groups_created++;
+    }
+    std::string job = job_name(store, rank, index);
+    ddp_options opts;
+    ddp_options_init(&opts); // (C++ has no designated initialisers for DDP_OPTIONS_INIT)
+    opts.job = job.c_str();
+    opts.rank = rank;
+    opts.world_size = size;
+    opts.timeout_ms = timeout.count() <= 0 || timeout.count() > INT_MAX ? INT_MAX : (int)timeout.count();
+    ddp_group *group = nullptr;
+    int r;
+    {
+        pybind11::gil_scoped_release no_gil; // joining waits for the other ranks
+        r = ddp_init(&opts, &group);
+    }
+    TORCH_CHECK(r == 0, "ddpd: cannot join job '", job, "' as rank ", rank, " of ", size, ": ",
+                ddp_last_error(nullptr));
+    return c10::make_intrusive<ProcessGroup>(group, rank, size);
+}
+
+void ProcessGroup::shutdown_all() {
+    std::set<ProcessGroup *> groups;
+    {
+        std::lock_guard<std::mutex> lock(open_groups_mutex);
+        groups.swap(open_groups);
+    }
+    for (ProcessGroup *g : groups)
+        g->shutdown();
+}
+
+ProcessGroup::ProcessGroup(ddp_group *group, int rank, int size)
+    : c10d::ProcessGroup(rank, size), group_(group), thread_(new CommThread()) {
+    std::lock_guard<std::mutex> lock(open_groups_mutex);
+    open_groups.insert(this);
+}
+
+ProcessGroup::~ProcessGroup() {
+    {
+        std::lock_guard<std::mutex> lock(open_groups_mutex);
+        open_groups.erase(this);
+    }
+    // What is still queued may complete futures whose callbacks take the GIL.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+        pybind11::gil_scoped_release no_gil;
+        shutdown();
+    } else {
+        shutdown();
+    }
+}
+
+void ProcessGroup::shutdown() {
+    if (!thread_)
+        return;
+    thread_->drain_and_stop();
+    thread_.reset();
+    ddp_finalize(group_);
+    group_ = nullptr;
+}
+
+void ProcessGroup::check(int r) const {
+    if (r >= 0)
+        return;
+    const char *why = ddp_last_error(group_);
+    throw std::runtime_error(why && *why ? why : ddp_strerror(r));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
+                                                  std::function<void()> body) {
+    TORCH_CHECK(thread_, "ddpd: ", title, " on a process group that was shut down");
+    auto work = c10::make_intrusive<Work>(getRank(), type, title, std::move(outputs));
+    thread_->post([this, work, body = std::move(body)] {
+        try {
+            body();
+            ddp_report_progress(group_, ++calls_, 0.0); // ddpctl status: how many calls each rank has done
+            work->complete();
+        } catch (...) {
+            work->fail(std::current_exception());
+        }
+    });
+    return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::broadcast(std::vector<at::Tensor> &tensors,
+                                                       const c10d::BroadcastOptions &opts) {
+    check_same(tensors, "broadcast");
+    check_root(opts.rootRank, getSize(), "broadcast");
+    TORCH_CHECK(opts.rootTensor >= 0 && opts.rootTensor < (int64_t)tensors.size(), "ddpd: broadcast: root tensor ",
+                opts.rootTensor, " is not in the list of ", tensors.size());
+    int root = (int)opts.rootRank;
+    size_t which = (size_t)opts.rootTensor;
+    return post(c10d::OpType::BROADCAST, "ddpd:broadcast", tensors, [this, tensors, root, which] {
+        Staged s(tensors[which], getRank() == root);
+        Elements e = movement_elements(tensors[which]);
+        check(ddp_broadcast(group_, s.data(), e.count, e.dtype, root));
+        s.copy_out();
+        for (size_t i = 0; i < tensors.size(); i++)
+            if (i != which)
+                tensors[i].copy_(tensors[which]);
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce(std::vector<at::Tensor> &tensors,
+                                                       const c10d::AllreduceOptions &opts) {
+    check_same(tensors, "allreduce");
+    c10d::ReduceOp::RedOpType op = opts.reduceOp;
+    Elements e = reduction_elements(tensors[0], &op, "allreduce");
+    ddp_op dop = reduce_op(op, "allreduce");
+    return post(c10d::OpType::ALLREDUCE, "ddpd:allreduce", tensors, [this, tensors, op, dop, e] {
+        if (tensors.size() == 1) {
+            Staged s(tensors[0]);
+            check(ddp_all_reduce(group_, s.data(), e.count, e.dtype, dop));
+            s.copy_out();
+            return;
+        }
+        at::Tensor acc = combine(tensors, op);
+        bool avg = op == c10d::ReduceOp::AVG;
+        check(ddp_all_reduce(group_, acc.data_ptr(), e.count, e.dtype, avg ? DDP_SUM : dop));
+        if (avg)
+            acc.div_((double)getSize() * (double)tensors.size());
+        for (const at::Tensor &t : tensors)
+            t.copy_(acc.view(t.sizes()));
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                                 const c10d::AllreduceCoalescedOptions &opts) {
+    TORCH_CHECK(!tensors.empty(), "ddpd: allreduce_coalesced needs at least one tensor");
+    c10d::ReduceOp::RedOpType op = opts.reduceOp;
+    for (const at::Tensor &t : tensors)
+        TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(),
+                    "ddpd: allreduce_coalesced: the tensors differ in type (", t.scalar_type(), " and ",
+                    tensors[0].scalar_type(), ")");
+    ddp_dtype dtype = reduction_elements(tensors[0], &op, "allreduce_coalesced").dtype;
+    ddp_op dop = reduce_op(op, "allreduce_coalesced");
+    return post(c10d::OpType::ALLREDUCE_COALESCED, "ddpd:allreduce_coalesced", tensors, [this, tensors, dtype, dop] {
+        at::Tensor flat = flatten_to_host(tensors); // one call for all: latency is paid once
+        check(ddp_all_reduce(group_, flat.data_ptr(), (size_t)flat.numel(), dtype, dop));
+        std::vector<at::Tensor> out = tensors;
+        unflatten_from_host(flat, out);
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce(std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) {
+    check_one(tensors, "reduce");
+    check_root(opts.rootRank, getSize(), "reduce");
+    c10d::ReduceOp::RedOpType op = opts.reduceOp;
+    Elements e = reduction_elements(tensors[0], &op, "reduce");
+    ddp_op dop = reduce_op(op, "reduce");
+    int root = (int)opts.rootRank;
+    return post(c10d::OpType::REDUCE, "ddpd:reduce", tensors, [this, tensors, dop, e, root] {
+        Staged s(tensors[0]);
+        check(ddp_reduce(group_, s.data(), e.count, e.dtype, dop, root));
+        if (getRank() == root)
+            s.copy_out();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                       std::vector<at::Tensor> &inputs,
+                                                       const c10d::AllgatherOptions &) {
+    check_one(inputs, "allgather");
+    TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == (size_t)getSize(),
+                "ddpd: allgather needs one output list of ", getSize(), " tensors");
+    std::vector<at::Tensor> both = outputs[0];
+    both.push_back(inputs[0]);
+    check_same(both, "allgather");
+    std::vector<at::Tensor> out = outputs[0];
+    at::Tensor in = inputs[0];
+    return post(c10d::OpType::ALLGATHER, "ddpd:allgather", out, [this, out, in]() mutable {
+        Staged s(in);
+        Elements e = movement_elements(in);
+        at::Tensor flat = at::empty({getSize() * in.numel()}, in.options().device(at::kCPU));
+        check(ddp_all_gather(group_, s.data(), flat.data_ptr(), e.count, e.dtype));
+        unflatten_from_host(flat, out);
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::_allgather_base(at::Tensor &output, at::Tensor &input,
+                                                             const c10d::AllgatherOptions &) {
+    TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == getSize() * input.numel(),
+                "ddpd: _allgather_base: the output must hold world size (", getSize(), ") times the input's ",
+                input.numel(), " elements of ", input.scalar_type());
+    return post(c10d::OpType::_ALLGATHER_BASE, "ddpd:_allgather_base", {output}, [this, output, input] {
+        Staged in(input), out(output, false);
+        Elements e = movement_elements(input);
+        check(ddp_all_gather(group_, in.data(), out.data(), e.count, e.dtype));
+        out.copy_out();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                    std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) {
+    check_one(inputs, "gather");
+    check_root(opts.rootRank, getSize(), "gather");
+    int root = (int)opts.rootRank;
+    std::vector<at::Tensor> out;
+    if (getRank() == root) {
+        TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == (size_t)getSize(),
+                    "ddpd: gather needs one output list of ", getSize(), " tensors on the root");
+        out = outputs[0];
+        std::vector<at::Tensor> both = out;
+        both.push_back(inputs[0]);
+        check_same(both, "gather");
+    } else {
+        TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                    "ddpd: gather: only the root gives an output list");
+    }
+    at::Tensor in = inputs[0];
+    return post(c10d::OpType::GATHER, "ddpd:gather", out, [this, out, in, root]() mutable {
+        Staged s(in);
+        Elements e = movement_elements(in);
+        at::Tensor flat;
+        if (getRank() == root)
+            flat = at::empty({getSize() * in.numel()}, in.options().device(at::kCPU));
+        check(ddp_gather(group_, s.data(), flat.defined() ? flat.data_ptr() : nullptr, e.count, e.dtype, root));
+        if (flat.defined())
+            unflatten_from_host(flat, out);
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::scatter(std::vector<at::Tensor> &outputs,
+                                                     std::vector<std::vector<at::Tensor>> &inputs,
+                                                     const c10d::ScatterOptions &opts) {
+    check_one(outputs, "scatter");
+    check_root(opts.rootRank, getSize(), "scatter");
+    int root = (int)opts.rootRank;
+    std::vector<at::Tensor> in;
+    if (getRank() == root) {
+        TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == (size_t)getSize(),
+                    "ddpd: scatter needs one input list of ", getSize(), " tensors on the root");
+        in = inputs[0];
+        std::vector<at::Tensor> both = in;
+        both.push_back(outputs[0]);
+        check_same(both, "scatter");
+    } else {
+        TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                    "ddpd: scatter: only the root gives an input list");
+    }
+    at::Tensor out = outputs[0];
+    return post(c10d::OpType::SCATTER, "ddpd:scatter", {out}, [this, out, in, root] {
+        Staged s(out, false);
+        Elements e = movement_elements(out);
+        at::Tensor flat = in.empty() ? at::Tensor() : flatten_to_host(in);
+        check(ddp_scatter(group_, flat.defined() ? flat.data_ptr() : nullptr, s.data(), e.count, e.dtype, root));
+        s.copy_out();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                            std::vector<std::vector<at::Tensor>> &inputs,
+                                                            const c10d::ReduceScatterOptions &opts) {
+    check_one(outputs, "reduce_scatter");
+    TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == (size_t)getSize(),
+                "ddpd: reduce_scatter needs one input list of ", getSize(), " tensors");
+    std::vector<at::Tensor> both = inputs[0];
+    both.push_back(outputs[0]);
+    check_same(both, "reduce_scatter");
+    c10d::ReduceOp::RedOpType op = opts.reduceOp;
+    Elements e = reduction_elements(outputs[0], &op, "reduce_scatter");
+    ddp_op dop = reduce_op(op, "reduce_scatter");
+    at::Tensor out = outputs[0];
+    std::vector<at::Tensor> in = inputs[0];
+    return post(c10d::OpType::REDUCE_SCATTER, "ddpd:reduce_scatter", {out}, [this, out, in, e, dop] {
+        Staged s(out, false);
+        at::Tensor flat = flatten_to_host(in);
+        check(ddp_reduce_scatter(group_, flat.data_ptr(), s.data(), e.count, e.dtype, dop));
+        s.copy_out();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                                  const c10d::ReduceScatterOptions &opts) {
+    TORCH_CHECK(output.scalar_type() == input.scalar_type() && input.numel() == getSize() * output.numel(),
+                "ddpd: _reduce_scatter_base: the input must hold world size (", getSize(), ") times the output's ",
+                output.numel(), " elements of ", output.scalar_type());
+    c10d::ReduceOp::RedOpType op = opts.reduceOp;
+    Elements e = reduction_elements(output, &op, "_reduce_scatter_base");
+    ddp_op dop = reduce_op(op, "_reduce_scatter_base");
+    return post(c10d::OpType::_REDUCE_SCATTER_BASE, "ddpd:_reduce_scatter_base", {output},
+                [this, output, input, e, dop] {
+                    Staged in(input), out(output, false);
+                    check(ddp_reduce_scatter(group_, in.data(), out.data(), e.count, e.dtype, dop));
+                    out.copy_out();
+                });
+}
+
+// An all-to-all of equal parts as world scatters: rank r's turn sends its part j to rank j,
+// which keeps it as its part r. (libddp has no uneven all-to-all.)
+void ProcessGroup::scatter_rounds(const void *send, void *recv, size_t count, ddp_dtype dtype) const {
+    size_t part_bytes = count * element_bytes(dtype);
+    for (int r = 0; r < getSize(); r++)
+        check(ddp_scatter(group_, getRank() == r ? send : nullptr, (char *)recv + (size_t)r * part_bytes, count, dtype,
+                          r));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                           std::vector<int64_t> &output_splits,
+                                                           std::vector<int64_t> &input_splits,
+                                                           const c10d::AllToAllOptions &) {
+    auto even = [this](const std::vector<int64_t> &splits, const at::Tensor &t) {
+        if (splits.empty())
+            return t.size(0) % getSize() == 0;
+        for (int64_t s : splits)
+            if (s != splits[0])
+                return false;
+        return (int)splits.size() == getSize();
+    };
+    TORCH_CHECK(input.dim() > 0 && even(input_splits, input) && even(output_splits, output) &&
+                    input.numel() == output.numel() && input.scalar_type() == output.scalar_type(),
+                "ddpd: all_to_all_single with uneven splits is not supported: libddp moves equal parts only");
+    return post(c10d::OpType::ALLTOALL_BASE, "ddpd:alltoall_base", {output}, [this, output, input] {
+        Staged in(input), out(output, false);
+        Elements e = movement_elements(input);
+        scatter_rounds(in.data(), out.data(), e.count / (size_t)getSize(), e.dtype);
+        out.copy_out();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+                                                      const c10d::AllToAllOptions &) {
+    TORCH_CHECK(outputs.size() == (size_t)getSize() && inputs.size() == (size_t)getSize(), "ddpd: all_to_all needs ",
+                getSize(), " input and output tensors");
+    std::vector<at::Tensor> all = inputs;
+    all.insert(all.end(), outputs.begin(), outputs.end());
+    TORCH_CHECK(
+        [&] {
+            for (const at::Tensor &t : all)
+                if (t.numel() != all[0].numel() || t.scalar_type() != all[0].scalar_type())
+                    return false;
+            return true;
+        }(),
+        "ddpd: all_to_all with tensors of different sizes is not supported: libddp moves equal parts only");
+    return post(c10d::OpType::ALLTOALL, "ddpd:alltoall", outputs, [this, outputs, inputs]() mutable {
+        at::Tensor in = flatten_to_host(inputs);
+        at::Tensor out = at::empty_like(in);
+        Elements e = movement_elements(in);
+        scatter_rounds(in.data_ptr(), out.data_ptr(), e.count / (size_t)getSize(), e.dtype);
+        unflatten_from_host(out, outputs);
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::send(std::vector<at::Tensor> &tensors, int dst, int tag) {
+    check_one(tensors, "send");
+    check_root(dst, getSize(), "send");
+    at::Tensor t = tensors[0];
+    return post(c10d::OpType::SEND, "ddpd:send", tensors, [this, t, dst, tag] {
+        Staged s(t);
+        Elements e = movement_elements(t);
+        check(ddp_send(group_, s.data(), e.count, e.dtype, dst, tag));
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::recv(std::vector<at::Tensor> &tensors, int src, int tag) {
+    check_one(tensors, "recv");
+    check_root(src, getSize(), "recv");
+    at::Tensor t = tensors[0];
+    return post(c10d::OpType::RECV, "ddpd:recv", tensors, [this, t, src, tag] {
+        Staged s(t, false);
+        Elements e = movement_elements(t);
+        check(ddp_recv(group_, s.data(), e.count, e.dtype, src, tag));
+        s.copy_out();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::recvAnysource(std::vector<at::Tensor> &, int) {
+    TORCH_CHECK(false, "ddpd: recv from any source is not supported: libddp matches a recv by its source; "
+                       "pass src");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::barrier(const c10d::BarrierOptions &) {
+    return post(c10d::OpType::BARRIER, "ddpd:barrier", {}, [this] { check(ddp_barrier(group_)); });
+}
+
+} // namespace torch_ddpd

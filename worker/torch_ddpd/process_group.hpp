@@ -1,0 +1,82 @@
+// torch.distributed's backend "ddpd": a c10d::ProcessGroup over a libddp group. Each call
+// checks its arguments at once (a RuntimeError on the calling thread), then runs on the
+// group's comm thread in call order and completes its Work there, with libddp's error
+// (ddp_last_error(): who died, who stalled) when it fails.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "comm_thread.hpp"
+#include "ddp/ddp.h"
+
+namespace torch_ddpd {
+
+class ProcessGroup : public c10d::ProcessGroup {
+  public:
+    // What Backend.register_backend calls: joins the job (ranks and world from torch,
+    // ddpd and the job from DDP_COORDINATOR / DDP_JOB as for C programs).
+    static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store> &store, int rank,
+                                                         int size, std::chrono::milliseconds timeout);
+    // Finishes what was posted and leaves the job, for every group still open: at exit.
+    static void shutdown_all();
+
+    ProcessGroup(ddp_group *group, int rank, int size);
+    ~ProcessGroup() override;
+
+    const std::string getBackendName() const override {
+        return "ddpd";
+    }
+
+    c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                             const c10d::BroadcastOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                             const c10d::AllreduceOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                       const c10d::AllreduceCoalescedOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                             std::vector<at::Tensor> &inputs,
+                                             const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                   const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                          std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                           std::vector<std::vector<at::Tensor>> &inputs,
+                                           const c10d::ScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                  std::vector<std::vector<at::Tensor>> &inputs,
+                                                  const c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                        const c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                 std::vector<int64_t> &output_splits,
+                                                 std::vector<int64_t> &input_splits,
+                                                 const c10d::AllToAllOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+                                            const c10d::AllToAllOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int tag) override;
+    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int tag) override;
+    c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
+    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+
+  private:
+    // Runs body on the comm thread; the Work completes with outputs, or with body's error.
+    c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
+                                        std::function<void()> body);
+    // Throws libddp's account of a failed call.
+    void check(int r) const;
+    void shutdown();
+    void scatter_rounds(const void *send, void *recv, size_t count, ddp_dtype dtype) const;
+
+    ddp_group *group_;
+    std::unique_ptr<CommThread> thread_;
+    std::atomic<unsigned long long> calls_{0};
+};
+
+} // namespace torch_ddpd

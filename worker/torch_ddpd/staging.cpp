@@ -1,0 +1,50 @@
+#include "staging.hpp"
+
+namespace torch_ddpd {
+
+namespace {
+
+at::Tensor host_like(const at::Tensor &t) {
+    return at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
+}
+
+} // namespace
+
+Staged::Staged(const at::Tensor &tensor, bool copy_in) : tensor_(tensor) {
+    if (!tensor.is_cuda() && tensor.device().is_cpu() && tensor.is_contiguous()) {
+        host_ = tensor;
+        return;
+    }
+    host_ = host_like(tensor);
+    if (copy_in)
+        host_.copy_(tensor);
+}
+
+void Staged::copy_out() {
+    if (!host_.is_same(tensor_))
+        tensor_.copy_(host_);
+}
+
+at::Tensor flatten_to_host(const std::vector<at::Tensor> &tensors) {
+    int64_t total = 0;
+    for (const at::Tensor &t : tensors)
+        total += t.numel();
+    const at::Tensor &first = tensors.at(0);
+    at::Tensor flat = at::empty({total}, first.options().device(at::kCPU).pinned_memory(first.is_cuda()));
+    int64_t offset = 0;
+    for (const at::Tensor &t : tensors) {
+        flat.narrow(0, offset, t.numel()).copy_(t.reshape({-1}));
+        offset += t.numel();
+    }
+    return flat;
+}
+
+void unflatten_from_host(const at::Tensor &flat, std::vector<at::Tensor> &tensors) {
+    int64_t offset = 0;
+    for (at::Tensor &t : tensors) {
+        t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+    }
+}
+
+} // namespace torch_ddpd

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Installs every Debian package that ddpd's build, its tests and the default dataset need;
-# with --bench, also the peers that tests/bench/ measures against (OpenMPI, PyTorch); with
+# Installs every Debian package that ddpd's build, its tests and the default dataset need
+# (PyTorch among them: the torch_ddpd module and its tests); with --bench, also the peers
+# that tests/bench/ measures against (OpenMPI); with
 # --fuzz, clang and its libFuzzer runtime (tests/fuzz). Idempotent and non-interactive;
 # run as root (or through sudo).
 #   deploy/install-deps.sh [--bench|--fuzz]
@@ -18,10 +19,11 @@ packages="
   libexpat1-dev
   libsystemd-dev systemd
   dataset-fashion-mnist
+  python3-torch libtorch-dev pybind11-dev
 "
 case "${1:-}" in
   "") ;;
-  --bench) packages="$packages openmpi-bin libopenmpi-dev python3-torch bc" ;;
+  --bench) packages="$packages openmpi-bin libopenmpi-dev bc" ;;
   --fuzz) packages="$packages clang libclang-rt-14-dev" ;;
   *) echo "usage: install-deps.sh [--bench|--fuzz]" >&2; exit 2 ;;
 esac

@@ -17,6 +17,7 @@ build=$1
 rounds=${2:-3}
 worlds=${3:-2 4}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/stats.sh"
 anchors=${4:-$here/../../../shared/anchors}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -48,12 +49,7 @@ for world in $worlds; do
     if [ "$world" = 2 ]; then floor | sed 's/^/floor /' >> "$out/rows"; fi
   done
   # rows: tool bytes time_us busbw
-  awk -v world="$world" -v rounds="$rounds" '
-    function median(list,   v, n, i, j, t) {
-      n = split(list, v, " ")
-      for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
-      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
+  awk -v world="$world" -v rounds="$rounds" "$MEDIAN_AWK"'
     { key = $1 SUBSEP $2; times[key] = times[key] " " $3; bws[key] = bws[key] " " $4
       if (!(key in best) || $3 < best[key]) { best[key] = $3; bestbw[key] = $4 }
       if ($1 == "shm") sizes[$2] = 1 }

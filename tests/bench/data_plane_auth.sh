@@ -9,6 +9,7 @@
 set -eu
 build=$1
 rounds=${2:-5}
+. "$(cd "$(dirname "$0")" && pwd)/stats.sh"
 baseline=${3:-}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -25,12 +26,7 @@ for i in $(seq "$rounds"); do
     bench "$baseline" 'tcp://127.0.0.1:*' | sed 's/^/tcp0 /' >> "$out"
   fi
 done
-awk -v rounds="$rounds" '
-  function median(list,   v, n, i, j, t) {
-    n = split(list, v, " ")
-    for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-  }
+awk -v rounds="$rounds" "$MEDIAN_AWK"'
   { key = $1 SUBSEP $2; times[key] = times[key] " " $3
     if (!(key in best) || $3 < best[key]) best[key] = $3
     if ($1 == "ipc") sizes[$2] = 1 }

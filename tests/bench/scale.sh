@@ -11,6 +11,7 @@
 set -eu
 build=$1
 rounds=${2:-3}
+. "$(cd "$(dirname "$0")" && pwd)/stats.sh"
 max=${3:-1024}
 out=$(mktemp)
 log=$(mktemp)
@@ -35,12 +36,7 @@ for i in $(seq "$rounds"); do
     fi
   done
 done
-awk -v rounds="$rounds" '
-  function median(list,   v, n, i, j, t) {
-    n = split(list, v, " ")
-    for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-  }
+awk -v rounds="$rounds" "$MEDIAN_AWK"'
   { $2 /= 1000; times[$1] = times[$1] " " $2; if (!($1 in best) || $2 < best[$1]) best[$1] = $2
     failed[$1] += $3 != 0; stalls[$1] += $4; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
   END {

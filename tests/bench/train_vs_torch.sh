@@ -28,13 +28,7 @@ theirs() { # world model epochs sync
   /usr/bin/python3 "$anchors/torch_train.py" "$1" "$2" "$3" "$4" 2>/dev/null | grep '^RESULT'
 }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
-stats() { # numbers on stdin: "best/median", best the largest (or with "min", the smallest)
-  sort -g | awk -v min="${1:-}" '{ v[++n] = $1 } END {
-    med = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    printf "%.6g/%.6g\n", min ? v[1] : v[n], med }'
-}
-first() { cut -d/ -f1; }
-ratio() { echo "scale=2; $1 / $2" | bc -l; }
+. "$here/stats.sh"
 
 for i in $(seq "$rounds"); do
   ours 1 mlp 1 ddp >> "$out/ours1"

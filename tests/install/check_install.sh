@@ -32,4 +32,13 @@ out=$(LD_LIBRARY_PATH="$prefix/lib" "$prefix/app")
 if nm -D --defined-only "$prefix/lib/libddp.so" | awk '{print $3}' | grep -v '^ddp_' | grep -v '^_' ; then
   echo "libddp.so exports symbols outside the ddp_ namespace"; exit 1
 fi
+# torch_ddpd, where it was built: under the prefix where Debian's python3 looks for it
+# (<prefix>/lib/python3.X/dist-packages; /usr/local is on its path), finding libddp.so
+# from there without LD_LIBRARY_PATH.
+if [ -d "$build_dir/python/torch_ddpd" ]; then
+  site=$(/usr/bin/python3 -c 'import sys; print("lib/python%d.%d/dist-packages" % sys.version_info[:2])')
+  [ -e "$prefix/$site/torch_ddpd/__init__.py" ] || { echo "missing after install: $site/torch_ddpd"; exit 1; }
+  PYTHONPATH="$prefix/$site" /usr/bin/python3 -c 'import torch_ddpd, torch.distributed as d; assert d.Backend.DDPD' ||
+    { echo "the installed torch_ddpd does not import"; exit 1; }
+fi
 echo "install: ok"

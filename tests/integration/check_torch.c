@@ -6,6 +6,7 @@
 #include <check.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,58 @@ START_TEST(test_killed_rank) {
 }
 END_TEST
 
+/* The group's timeout is libddp's: a rank that does not come (alive, sleeping) is named when
+ * it runs out, and meanwhile ddpctl status shows the PyTorch job like any other, with each
+ * rank's calls as its step and what rank 0 waits in, for whom. */
+START_TEST(test_timeout_and_status) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    char coordinator[DDP_MAX_ENDPOINT + 32], master_port[32], path[512];
+    snprintf(coordinator, sizeof(coordinator), "DDP_COORDINATOR=%s", d.endpoint);
+    snprintf(master_port, sizeof(master_port), "MASTER_PORT=%d", free_port());
+    snprintf(path, sizeof(path), "%s/faults.py", TORCH_TESTS_DIR);
+    proc ranks[2];
+    for (int r = 0; r < 2; r++) {
+        char rank[16];
+        snprintf(rank, sizeof(rank), "RANK=%d", r);
+        const char *env[] = {python_env[0],  coordinator, "DDP_JOB=torch-timeout",
+                             "WORLD_SIZE=2", rank,        "MASTER_ADDR=127.0.0.1",
+                             master_port,    NULL};
+        const char *argv[] = {PYTHON3_PATH, path, "timeout", NULL};
+        proc_start(&ranks[r], argv, env);
+    }
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&ranks[r], "did 5 all-reduces", WAIT_MS, NULL, 0), "rank %d: %s", r,
+                      proc_output_tail(&ranks[r]));
+    const char *ctl[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", NULL};
+    const char *ctl_json[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "--json", "status", NULL};
+    bool waiting = false, job = false;
+    for (int i = 0; i < 100 && !waiting; i++) {
+        proc c;
+        proc_start(&c, ctl, NULL);
+        ck_assert_int_eq(proc_wait(&c, WAIT_MS), 0);
+        job = job || strstr(proc_output(&c), "torch-timeout");
+        waiting = strstr(proc_output(&c), "rank 0 has waited") && strstr(proc_output(&c), "for rank 1");
+        proc_close(&c);
+        usleep(50000);
+    }
+    ck_assert_msg(job && waiting, "ddpctl status never showed rank 0 waiting for rank 1 in job torch-timeout");
+    proc c; /* each rank's step: the calls it completed */
+    proc_start(&c, ctl_json, NULL);
+    ck_assert_int_eq(proc_wait(&c, WAIT_MS), 0);
+    ck_assert_msg(count_of(&c, "\"step\":\t5") + count_of(&c, "\"step\":5") == 2, "%s", proc_output_tail(&c));
+    proc_close(&c);
+    char line[1024];
+    ck_assert_msg(proc_expect(&ranks[0], "raised after", WAIT_MS, line, sizeof(line)), "%s",
+                  proc_output_tail(&ranks[0]));
+    ck_assert_msg(strstr(line, "timed out after 3000 ms waiting for rank 1"), "%s", line);
+    ck_assert_int_eq(proc_wait(&ranks[0], WAIT_MS), 1);
+    for (int r = 0; r < 2; r++)
+        proc_close(&ranks[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* Ranks that call different collectives: every one of them raises, saying how they differ. */
 START_TEST(test_mismatch) {
     proc p;
@@ -171,6 +224,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_killed_rank);
     tcase_add_test(tc, test_mismatch);
+    tcase_add_test(tc, test_timeout_and_status);
     suite_add_tcase(s, tc);
     tc = tcase_create("torchrun");
     tcase_set_timeout(tc, CASE_TIMEOUT_S);

@@ -2,9 +2,11 @@
 account (who, which pid on which host), never a hang.
   faults.py loop       all-reduce until one fails; print the error and how long after the
                        last all-reduce that succeeded it came (a peer is killed meanwhile)
-  faults.py mismatch   rank r all-reduces 4 + r elements: every rank must raise"""
+  faults.py mismatch   rank r all-reduces 4 + r elements: every rank must raise
+  faults.py timeout    a group with a 3 s timeout; rank 1 sleeps where rank 0 all-reduces"""
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -37,7 +39,23 @@ def mismatch(rank):
     print("rank %d: no error" % rank, flush=True)
 
 
+def timeout(rank):
+    for _ in range(5):
+        dist.all_reduce(torch.ones(8))  # five calls done: ddpctl status shows step 5
+    print("rank %d did 5 all-reduces" % rank, flush=True)
+    if rank == 1:
+        time.sleep(60)  # alive (its control thread answers ddpd) but not calling
+        return
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(8))
+    except RuntimeError as e:
+        print("rank %d raised after %.1f s: %s" % (rank, time.monotonic() - t0, e), flush=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     import torch_ddpd  # noqa: F401  registers the backend "ddpd"
-    dist.init_process_group("ddpd")
-    {"loop": loop, "mismatch": mismatch}[sys.argv[1]](dist.get_rank())
+    mode = sys.argv[1]
+    dist.init_process_group("ddpd", timeout=timedelta(seconds=3 if mode == "timeout" else 1800))
+    {"loop": loop, "mismatch": mismatch, "timeout": timeout}[mode](dist.get_rank())

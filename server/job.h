@@ -14,7 +14,7 @@
 #include "common/wire.h"
 #include "server/ps.h"
 #include "server/ps_shm.h"
-#include "server/store.h"
+#include "common/store.h"
 #include "server/store_waits.h"
 
 typedef enum { JOB_FORMING, JOB_RUNNING } job_state;

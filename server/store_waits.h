@@ -10,7 +10,7 @@
 
 #include "common/strmap.h"
 #include "common/wire.h"
-#include "server/store.h"
+#include "common/store.h"
 
 typedef struct store_waiter {
     uint8_t identity[WIRE_MAX_IDENTITY]; /* whom to answer */

@@ -11,7 +11,7 @@
 #include "common/limits.h"
 #include "common/wire.h"
 #include "server/job.h"
-#include "server/store.h"
+#include "common/store.h"
 #include "tests/check_main.h"
 
 #define DEATH_NOTICE_MS 3000 /* the promise: a dead member is named to the others within 3 s */

@@ -9,7 +9,7 @@
 
 #include "common/limits.h"
 #include "common/strmap.h"
-#include "server/store.h"
+#include "common/store.h"
 #include "server/store_waits.h"
 #include "tests/check_main.h"
 

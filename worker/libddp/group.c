@@ -206,7 +206,7 @@ static void group_free(ddp_group *g) {
     free(g->data_keys);
     free(g->pids);
     free(g->here);
-    group_free_store_sets(g);
+    store_clear(&g->store_sets);
     for (size_t i = 0; g->ps_early && i < g->n_ps_buckets; i++)
         agent_event_free(g->ps_early[i]);
     free(g->ps_early);

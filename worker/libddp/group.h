@@ -6,6 +6,7 @@
 
 #include "common/fd_socket.h"
 #include "common/limits.h"
+#include "common/store.h"
 #include "ddp/ddp.h"
 #include "worker/libddp/agent.h"
 #include "worker/libddp/comm.h"
@@ -58,8 +59,7 @@ struct ddp_group {
 
     /* The store keys this rank set, with their values: what it brings back to a ddpd that
      * restarted (rejoin.c) */
-    struct group_store_entry *store_sets;
-    size_t n_store_sets;
+    store store_sets;
 
     /* ddp_alloc's memory where no peer reads it (ZeroMQ, or a world of one): ddp_free
      * frees only these, and ddp_finalize what is left */
@@ -74,9 +74,6 @@ int group_fail(ddp_group *g, int err, const char *fmt, ...) __attribute__((forma
 /* Hands the agent this rank's rejoin as it stands (rank, generation, barriers, store keys,
  * ps steps): after the job forms, and after each change. */
 void group_update_rejoin(ddp_group *g);
-/* Remembers a key this rank set (the last value wins), for the rejoin. */
-int group_note_store_set(ddp_group *g, const char *key, const void *value, size_t size);
-void group_free_store_sets(ddp_group *g);
 
 /* ps_client.c: with share (ddpd on this host), hands ddpd this rank's push segment and
  * maps its average segment, so that pushes and averages skip the socket; where it cannot

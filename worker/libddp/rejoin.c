@@ -10,74 +10,29 @@
 #include "common/limits.h"
 #include "worker/libddp/group.h"
 
-struct group_store_entry {
-    char *key;
-    uint8_t *value;
-    size_t size;
-};
-
 /* What the store keys may add to a rejoin: it must stay a control message. */
 #define REJOIN_STORE_BYTES (DDP_MAX_ENVELOPE_BYTES / 2)
-
-int group_note_store_set(ddp_group *g, const char *key, const void *value, size_t size) {
-    struct group_store_entry *e = NULL;
-    for (size_t i = 0; i < g->n_store_sets && !e; i++)
-        if (strcmp(g->store_sets[i].key, key) == 0)
-            e = &g->store_sets[i];
-    uint8_t *copy = malloc(size ? size : 1);
-    if (!copy)
-        return -ENOMEM;
-    if (size)
-        memcpy(copy, value, size);
-    if (!e) {
-        struct group_store_entry *grown = realloc(g->store_sets, (g->n_store_sets + 1) * sizeof(*grown));
-        char *key_copy = strdup(key);
-        if (!grown || !key_copy) {
-            if (grown)
-                g->store_sets = grown;
-            free(key_copy);
-            free(copy);
-            return -ENOMEM;
-        }
-        g->store_sets = grown;
-        e = &g->store_sets[g->n_store_sets++];
-        *e = (struct group_store_entry){.key = key_copy};
-    }
-    free(e->value);
-    e->value = copy;
-    e->size = size;
-    return 0;
-}
-
-void group_free_store_sets(ddp_group *g) {
-    for (size_t i = 0; i < g->n_store_sets; i++) {
-        free(g->store_sets[i].key);
-        free(g->store_sets[i].value);
-    }
-    free(g->store_sets);
-    g->store_sets = NULL;
-    g->n_store_sets = 0;
-}
 
 void group_update_rejoin(ddp_group *g) {
     if (g->world_size < 1)
         return;
-    Ddp__StoreSet *entries = calloc(g->n_store_sets ? g->n_store_sets : 1, sizeof(*entries));
-    Ddp__StoreSet **list = calloc(g->n_store_sets ? g->n_store_sets : 1, sizeof(*list));
+    Ddp__StoreSet *entries = calloc(g->store_sets.n_entries ? g->store_sets.n_entries : 1, sizeof(*entries));
+    Ddp__StoreSet **list = calloc(g->store_sets.n_entries ? g->store_sets.n_entries : 1, sizeof(*list));
     if (!entries || !list) { /* the rejoin before this one stays */
         free(entries);
         free(list);
         return;
     }
     size_t n = 0, bytes = 0;
-    for (size_t i = 0; i < g->n_store_sets; i++) {
-        bytes += strlen(g->store_sets[i].key) + g->store_sets[i].size + 16;
+    for (size_t i = 0; i < g->store_sets.n_entries; i++) {
+        const store_entry *e = &g->store_sets.entries[i];
+        bytes += strlen(e->key) + e->size + 16;
         if (bytes > REJOIN_STORE_BYTES) /* the rest is not restored: a get of it waits for a set */
             break;
         ddp__store_set__init(&entries[n]);
-        entries[n].key = g->store_sets[i].key;
-        entries[n].value.data = g->store_sets[i].value;
-        entries[n].value.len = g->store_sets[i].size;
+        entries[n].key = e->key;
+        entries[n].value.data = e->value;
+        entries[n].value.len = e->size;
         list[n] = &entries[n];
         n++;
     }

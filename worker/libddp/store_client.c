@@ -41,7 +41,7 @@ DDP_EXPORT int ddp_store_set(ddp_group *g, const char *key, const void *value, s
     agent_event *ev = NULL;
     TRY(group_request(g, &env, DDP__MSG_TYPE__STORE_VALUE, g->timeout_ms, timeout_text, &ev));
     agent_event_free(ev);
-    if (group_note_store_set(g, key, value, size) == 0)
+    if (store_set(&g->store_sets, key, value, size) == 0)
         group_update_rejoin(g);
     return 0;
 }

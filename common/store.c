@@ -1,4 +1,4 @@
-#include "server/store.h"
+#include "common/store.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
-/* A job's key-value store (like torch.distributed's TCPStore): small values that members
+/* A key-value store (like torch.distributed's TCPStore): ddpd keeps a job's, and each rank
+ * the keys it set itself, to bring back to a ddpd that restarted. Small values that members
  * share while the job runs, bounded by DDP_MAX_STORE_* in common/limits.h. */
 #pragma once
 #include <stddef.h>

@@ -51,12 +51,15 @@ static int free_port(void) {
 }
 
 /* Each program at a world it is written for, with the line each rank (or rank 0) prints. */
-static const struct {
+typedef struct {
     const char *script, *arg;
     int n;
     const char *expected;
     int times;
-} programs[] = {
+} program;
+
+/* The seed tutorial's programs, in Python. */
+static const program tutorials[] = {
     {"p2p.py", NULL, 2, "Rank  1  has data  tensor(1.)", 1},
     {"p2p.py", NULL, 2, "Rank  1  has data  tensor(2.)  (non-blocking)", 1},
     {"send_back.py", NULL, 3, "Rank 0 sum: [3.0, 5.0, 7.0]", 1},
@@ -65,20 +68,34 @@ static const struct {
     {"gather_reduce.py", NULL, 4, " has  [12, 16]", 4},
     {"average_gradients.py", "40", 2, ": parameters identical on every rank", 2},
     {"average_gradients.py", "40", 4, ": parameters identical on every rank", 4},
+};
+
+/* DistributedDataParallel, and every collective against references. */
+static const program ddp_programs[] = {
     {"ddp_toy.py", NULL, 2, "with a comm hook matches one process on the concatenated batch", 2},
     {"ddp_toy.py", NULL, 3, "with its own all-reduce matches one process on the concatenated batch", 3},
+    {"ddp_toy.py", NULL, 2, ": DDP with PowerSGD: every rank holds the same parameters", 2},
     {"collectives.py", NULL, 2, ": all checks passed", 2},
     {"collectives.py", NULL, 3, ": all checks passed", 3},
     {"collectives.py", NULL, 4, ": all checks passed", 4},
 };
 
-START_TEST(test_program) {
+static void run_program(const program *prog) {
     proc p;
-    int code = run_script(&p, programs[_i].n, programs[_i].script, programs[_i].arg);
-    ck_assert_msg(code == 0, "%s -n %d exited %d: %s", programs[_i].script, programs[_i].n, code, proc_output_tail(&p));
-    ck_assert_msg(count_of(&p, programs[_i].expected) == programs[_i].times, "expected '%s' %d times in: %s",
-                  programs[_i].expected, programs[_i].times, proc_output_tail(&p));
+    int code = run_script(&p, prog->n, prog->script, prog->arg);
+    ck_assert_msg(code == 0, "%s -n %d exited %d: %s", prog->script, prog->n, code, proc_output_tail(&p));
+    ck_assert_msg(count_of(&p, prog->expected) == prog->times, "expected '%s' %d times in: %s", prog->expected,
+                  prog->times, proc_output_tail(&p));
     proc_close(&p);
+}
+
+START_TEST(test_tutorial) {
+    run_program(&tutorials[_i]);
+}
+END_TEST
+
+START_TEST(test_ddp_program) {
+    run_program(&ddp_programs[_i]);
 }
 END_TEST
 
@@ -216,9 +233,13 @@ int main(int argc, char **argv) {
     return 77;
 #else
     Suite *s = suite_create("torch");
-    TCase *tc = tcase_create("programs");
+    TCase *tc = tcase_create("tutorials");
     tcase_set_timeout(tc, CASE_TIMEOUT_S);
-    tcase_add_loop_test(tc, test_program, 0, sizeof(programs) / sizeof(programs[0]));
+    tcase_add_loop_test(tc, test_tutorial, 0, sizeof(tutorials) / sizeof(tutorials[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("ddp");
+    tcase_set_timeout(tc, CASE_TIMEOUT_S);
+    tcase_add_loop_test(tc, test_ddp_program, 0, sizeof(ddp_programs) / sizeof(ddp_programs[0]));
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, CASE_TIMEOUT_S);

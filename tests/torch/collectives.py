@@ -151,6 +151,16 @@ def shapes(rank, size):
         t = torch.ones(1)
         dist.all_reduce(t, group=group)
         check("all_reduce in new_group([0, 1])", t, torch.ones(1) * 2)
+    if size >= 4:  # two groups at once, each a job of its own
+        pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        if rank < 4:
+            t = torch.ones(1) * rank
+            dist.all_reduce(t, group=pairs[rank // 2])
+            check("all_reduce in one of two new groups", t, torch.ones(1) * (4 * (rank // 2) + 1))
+    # a parameter (a leaf that requires grad), not contiguous: written in place, not autograd's business
+    w = (torch.arange(6, dtype=torch.float32).view(2, 3) + rank).t().detach().requires_grad_()
+    dist.broadcast(w, src=0)
+    check("broadcast into a parameter", w.detach(), torch.arange(6, dtype=torch.float32).view(2, 3).t())
     dist.barrier()
     print("Rank", rank, ": views, lists, coalesced, async, isend/irecv, new_group")
 
@@ -163,6 +173,9 @@ def refused(rank, size):
         ("any source", lambda: dist.recv(torch.zeros(1))),
         ("uneven", lambda: dist.all_to_all_single(torch.zeros(size + 1), torch.zeros(size + 1),
                                                    [2] + [1] * (size - 1), [2] + [1] * (size - 1))),
+        ("share memory", lambda: dist.all_reduce(torch.zeros(1).expand(4))),
+        ("add up", lambda: dist.all_to_all_single(torch.zeros(2 * size), torch.zeros(2 * size),
+                                                   [1] * size, [1] * size)),
     ]
     for needle, call in cases:
         try:

@@ -1,7 +1,9 @@
 """The DDP tutorial's ToyModel under DistributedDataParallel on the backend "ddpd": after
 N steps each rank's parameters equal those of one process trained on the concatenated
 batches. Once with DDP's own all-reduce, once with a communication hook, both with small
-buckets so that several overlap backward. ddp-run -n 2 -- python3 ddp_toy.py"""
+buckets so that several overlap backward. Then under PowerSGD, whose hook waits inside a
+future's callback for the group's next all-reduce: every rank ends with the same
+parameters. ddp-run -n 2 -- python3 ddp_toy.py"""
 import copy
 
 import torch
@@ -9,6 +11,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STEPS = 5
@@ -63,8 +66,26 @@ def demo(rank, size, hook):
           'matches one process on the concatenated batch')
 
 
+def demo_powersgd(rank, size):
+    torch.manual_seed(rank)
+    model = ToyModel()
+    ddp_model = DDP(model, bucket_cap_mb=0.0001)
+    state = powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2)
+    ddp_model.register_comm_hook(state, powerSGD.powerSGD_hook)
+    start = [p.detach().clone() for p in model.parameters()]
+    train(ddp_model, batches(size), rank, size)  # 2 steps plain, then 3 compressed
+    mine = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    everyone = [torch.empty_like(mine) for _ in range(size)]
+    dist.all_gather(everyone, mine)
+    for r in range(size):
+        assert torch.equal(everyone[r], everyone[0]), ("rank", r, "differs from rank 0")
+    assert not all(torch.equal(p, q) for p, q in zip(model.parameters(), start)), "nothing was trained"
+    print('Rank', rank, ': DDP with PowerSGD: every rank holds the same parameters')
+
+
 if __name__ == "__main__":
     import torch_ddpd  # noqa: F401  registers the backend "ddpd"
     dist.init_process_group("ddpd")
     for hook in (False, True):
         demo(dist.get_rank(), dist.get_world_size(), hook)
+    demo_powersgd(dist.get_rank(), dist.get_world_size())

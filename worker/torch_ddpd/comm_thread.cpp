@@ -9,12 +9,15 @@ CommThread::~CommThread() {
     drain_and_stop();
 }
 
-void CommThread::post(std::function<void()> task) {
+bool CommThread::post(std::function<void()> task) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_)
+            return false;
         tasks_.push_back(std::move(task));
     }
     posted_.notify_one();
+    return true;
 }
 
 void CommThread::drain_and_stop() {
@@ -38,7 +41,7 @@ void CommThread::run() {
             task = std::move(tasks_.front());
             tasks_.pop_front();
         }
-        task(); // without the lock: a task's completion may post the next operation
+        task(); // without the lock: post may be called meanwhile
     }
 }
 

@@ -18,7 +18,8 @@ class CommThread {
     CommThread(const CommThread &) = delete;
     CommThread &operator=(const CommThread &) = delete;
 
-    void post(std::function<void()> task);
+    // false once drain_and_stop has begun: the task will not run.
+    bool post(std::function<void()> task);
     // Waits until everything posted so far has run; then nothing more may be posted.
     void drain_and_stop();
 

@@ -4,11 +4,13 @@
 #include <climits>
 #include <cstdlib>
 #include <mutex>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 
@@ -21,32 +23,41 @@ namespace torch_ddpd {
 namespace {
 
 // The groups still open, for shutdown_all at exit (torch keeps the default group in a
-// global that may never be destroyed).
+// global that may never be destroyed). The lock is held while a group shuts down, so
+// that shutdown_all and a group's destructor never shut one down at once.
 std::mutex open_groups_mutex;
 std::set<ProcessGroup *> open_groups;
 int groups_created = 0;
 
-// The job a group joins: the first of this process's groups is the job ddp-run (or
-// DDP_JOB) names; a later one (dist.new_group) gets a name that its rank 0 makes up and
-// the others read from torch's store for that group.
-std::string job_name(const c10::intrusive_ptr<c10d::Store> &store, int rank, int index) {
-    const char *env = getenv("DDP_JOB");
-    std::string base = env && *env ? env : "default";
-    if (index == 0)
-        return base;
+const size_t max_job_name = 64; // bytes, as ddpd takes them
+
+// The job a group joins, as its rank 0 names it in torch's store for that group: the
+// world's first group is the job ddp-run (or DDP_JOB) names; any other (dist.new_group,
+// or a subgroup of a world whose default group is another backend's) gets a name of its
+// own, unique however many such groups the world's processes create at once.
+std::string job_name(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, int index) {
     const std::string key = "torch_ddpd/job";
-    if (rank == 0) {
-        std::string name = base + ".group" + std::to_string(index) + "." + std::to_string(getpid());
-        store->set(key, std::vector<uint8_t>(name.begin(), name.end()));
-        return name;
+    if (rank != 0) {
+        std::vector<uint8_t> value = store->get(key);
+        return std::string(value.begin(), value.end());
     }
-    std::vector<uint8_t> value = store->get(key);
-    return std::string(value.begin(), value.end());
+    const char *env = getenv("DDP_JOB");
+    std::string name = env && *env ? env : "default";
+    const char *world = getenv("WORLD_SIZE");
+    if (index > 0 || !world || atoi(world) != size) {
+        char tail[32];
+        snprintf(tail, sizeof(tail), ".g%d.%08x", index, (unsigned)std::random_device{}());
+        name = name.substr(0, max_job_name - strlen(tail)) + tail;
+    }
+    store->set(key, std::vector<uint8_t>(name.begin(), name.end()));
+    return name;
 }
 
 void check_same(const std::vector<at::Tensor> &tensors, const char *operation) {
     TORCH_CHECK(!tensors.empty(), "ddpd: ", operation, " needs at least one tensor");
     for (const at::Tensor &t : tensors) {
+        TORCH_CHECK(t.layout() == at::kStrided, "ddpd: ", operation, ": ", t.layout(),
+                    " tensors are not supported, only dense ones");
         TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "ddpd: ", operation, ": the tensors differ in type (",
                     t.scalar_type(), " and ", tensors[0].scalar_type(), ")");
         TORCH_CHECK(t.numel() == tensors[0].numel(), "ddpd: ", operation, ": the tensors differ in size (", t.numel(),
@@ -56,6 +67,7 @@ void check_same(const std::vector<at::Tensor> &tensors, const char *operation) {
 
 void check_one(const std::vector<at::Tensor> &tensors, const char *operation) {
     TORCH_CHECK(tensors.size() == 1, "ddpd: ", operation, " takes one tensor per rank, not ", tensors.size());
+    check_same(tensors, operation);
 }
 
 void check_root(int64_t root, int size, const char *operation) {
@@ -68,7 +80,7 @@ void check_root(int64_t root, int size, const char *operation) {
 at::Tensor combine(const std::vector<at::Tensor> &tensors, c10d::ReduceOp::RedOpType op) {
     at::Tensor acc = tensors[0].to(at::kCPU).contiguous().clone();
     for (size_t i = 1; i < tensors.size(); i++) {
-        at::Tensor t = tensors[i].to(at::kCPU);
+        at::Tensor t = tensors[i].to(at::kCPU).reshape(acc.sizes()); // same count, any shape
         switch (op) {
         case c10d::ReduceOp::PRODUCT:
             acc.mul_(t);
@@ -95,7 +107,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::create(const c10::intrusive
         std::lock_guard<std::mutex> lock(open_groups_mutex);
         index = groups_created++;
     }
-    std::string job = job_name(store, rank, index);
+    pybind11::gil_scoped_release no_gil; // the store and the join wait for the other ranks
+    std::string job = job_name(store, rank, size, index);
     ddp_options opts;
     ddp_options_init(&opts); // (C++ has no designated initialisers for DDP_OPTIONS_INIT)
     opts.job = job.c_str();
@@ -103,51 +116,41 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::create(const c10::intrusive
     opts.world_size = size;
     opts.timeout_ms = timeout.count() <= 0 || timeout.count() > INT_MAX ? INT_MAX : (int)timeout.count();
     ddp_group *group = nullptr;
-    int r;
-    {
-        pybind11::gil_scoped_release no_gil; // joining waits for the other ranks
-        r = ddp_init(&opts, &group);
-    }
+    int r = ddp_init(&opts, &group);
     TORCH_CHECK(r == 0, "ddpd: cannot join job '", job, "' as rank ", rank, " of ", size, ": ",
                 ddp_last_error(nullptr));
     return c10::make_intrusive<ProcessGroup>(group, rank, size);
 }
 
 void ProcessGroup::shutdown_all() {
-    std::set<ProcessGroup *> groups;
-    {
-        std::lock_guard<std::mutex> lock(open_groups_mutex);
-        groups.swap(open_groups);
-    }
-    for (ProcessGroup *g : groups)
+    std::lock_guard<std::mutex> lock(open_groups_mutex);
+    for (ProcessGroup *g : open_groups)
         g->shutdown();
+    open_groups.clear();
 }
 
 ProcessGroup::ProcessGroup(ddp_group *group, int rank, int size)
-    : c10d::ProcessGroup(rank, size), group_(group), thread_(new CommThread()) {
+    : c10d::ProcessGroup(rank, size), group_(group), thread_(new CommThread()), completions_(new Completions()) {
     std::lock_guard<std::mutex> lock(open_groups_mutex);
     open_groups.insert(this);
 }
 
 ProcessGroup::~ProcessGroup() {
-    {
-        std::lock_guard<std::mutex> lock(open_groups_mutex);
-        open_groups.erase(this);
-    }
     // What is still queued may complete futures whose callbacks take the GIL.
-    if (Py_IsInitialized() && PyGILState_Check()) {
-        pybind11::gil_scoped_release no_gil;
-        shutdown();
-    } else {
-        shutdown();
-    }
+    std::unique_ptr<pybind11::gil_scoped_release> no_gil;
+    if (Py_IsInitialized() && PyGILState_Check())
+        no_gil.reset(new pybind11::gil_scoped_release());
+    std::lock_guard<std::mutex> lock(open_groups_mutex);
+    open_groups.erase(this);
+    shutdown();
 }
 
+// Under open_groups_mutex, without the GIL.
 void ProcessGroup::shutdown() {
     if (!thread_)
         return;
-    thread_->drain_and_stop();
-    thread_.reset();
+    thread_->drain_and_stop(); // runs what was posted; a later post is refused
+    completions_.reset();      // completes it
     ddp_finalize(group_);
     group_ = nullptr;
 }
@@ -156,22 +159,36 @@ void ProcessGroup::check(int r) const {
     if (r >= 0)
         return;
     const char *why = ddp_last_error(group_);
-    throw std::runtime_error(why && *why ? why : ddp_strerror(r));
+    throw LibddpError(why && *why ? why : ddp_strerror(r));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
-                                                  std::function<void()> body) {
-    TORCH_CHECK(thread_, "ddpd: ", title, " on a process group that was shut down");
-    auto work = c10::make_intrusive<Work>(getRank(), type, title, std::move(outputs));
-    thread_->post([this, work, body = std::move(body)] {
+                                                  std::function<void()> body, const std::vector<at::Tensor> &inputs) {
+    // Refused here, not on the comm thread, where only this rank would see it fail.
+    for (const at::Tensor &t : outputs)
+        TORCH_CHECK(type == c10d::OpType::SEND || at::has_internal_overlap(t) != at::MemOverlap::Yes, title,
+                    ": cannot write a tensor whose elements share memory (an expanded view); pass a copy");
+    auto work = c10::make_intrusive<Work>(getRank(), type, title, outputs);
+    std::shared_ptr<const DeviceReady> ready = DeviceReady::after_current_streams(outputs, inputs);
+    bool posted = thread_ && thread_->post([this, work, ready, title, body = std::move(body)] {
+        std::exception_ptr error;
         try {
+            at::NoGradGuard no_grad; // copies into the caller's tensors are not autograd's
+            if (ready)
+                ready->wait();
             body();
             ddp_report_progress(group_, ++calls_, 0.0); // ddpctl status: how many calls each rank has done
-            work->complete();
-        } catch (...) {
-            work->fail(std::current_exception());
+        } catch (const LibddpError &) {
+            error = std::current_exception(); // the job knows: every rank's call fails
+        } catch (const std::exception &e) {
+            // torch failed here, around libddp: the other ranks would wait for this one
+            std::string why = std::string(title) + " failed on rank " + std::to_string(getRank()) + ": " + e.what();
+            ddp_abort(group_, why.c_str());
+            error = std::current_exception();
         }
+        completions_->post([work, error] { error ? work->fail(error) : work->complete(); });
     });
+    TORCH_CHECK(posted, "ddpd: ", title, " on a process group that was shut down");
     return work;
 }
 
@@ -261,13 +278,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allgather(std::vector<std::vector<a
     check_same(both, "allgather");
     std::vector<at::Tensor> out = outputs[0];
     at::Tensor in = inputs[0];
-    return post(c10d::OpType::ALLGATHER, "ddpd:allgather", out, [this, out, in]() mutable {
-        Staged s(in);
-        Elements e = movement_elements(in);
-        at::Tensor flat = at::empty({getSize() * in.numel()}, in.options().device(at::kCPU));
-        check(ddp_all_gather(group_, s.data(), flat.data_ptr(), e.count, e.dtype));
-        unflatten_from_host(flat, out);
-    });
+    return post(c10d::OpType::ALLGATHER, "ddpd:allgather", out,
+                [this, out, in]() mutable {
+                    Staged s(in);
+                    Elements e = movement_elements(in);
+                    at::Tensor flat = at::empty({getSize() * in.numel()}, in.options().device(at::kCPU));
+                    check(ddp_all_gather(group_, s.data(), flat.data_ptr(), e.count, e.dtype));
+                    unflatten_from_host(flat, out);
+                },
+                {in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::_allgather_base(at::Tensor &output, at::Tensor &input,
@@ -275,12 +294,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::_allgather_base(at::Tensor &output,
     TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == getSize() * input.numel(),
                 "ddpd: _allgather_base: the output must hold world size (", getSize(), ") times the input's ",
                 input.numel(), " elements of ", input.scalar_type());
-    return post(c10d::OpType::_ALLGATHER_BASE, "ddpd:_allgather_base", {output}, [this, output, input] {
-        Staged in(input), out(output, false);
-        Elements e = movement_elements(input);
-        check(ddp_all_gather(group_, in.data(), out.data(), e.count, e.dtype));
-        out.copy_out();
-    });
+    return post(c10d::OpType::_ALLGATHER_BASE, "ddpd:_allgather_base", {output},
+                [this, output, input] {
+                    Staged in(input), out(output, false);
+                    Elements e = movement_elements(input);
+                    check(ddp_all_gather(group_, in.data(), out.data(), e.count, e.dtype));
+                    out.copy_out();
+                },
+                {input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::gather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -301,16 +322,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::gather(std::vector<std::vector<at::
                     "ddpd: gather: only the root gives an output list");
     }
     at::Tensor in = inputs[0];
-    return post(c10d::OpType::GATHER, "ddpd:gather", out, [this, out, in, root]() mutable {
-        Staged s(in);
-        Elements e = movement_elements(in);
-        at::Tensor flat;
-        if (getRank() == root)
-            flat = at::empty({getSize() * in.numel()}, in.options().device(at::kCPU));
-        check(ddp_gather(group_, s.data(), flat.defined() ? flat.data_ptr() : nullptr, e.count, e.dtype, root));
-        if (flat.defined())
-            unflatten_from_host(flat, out);
-    });
+    return post(
+        c10d::OpType::GATHER, "ddpd:gather", out,
+        [this, out, in, root]() mutable {
+            Staged s(in);
+            Elements e = movement_elements(in);
+            at::Tensor flat;
+            if (getRank() == root)
+                flat = at::empty({getSize() * in.numel()}, in.options().device(at::kCPU));
+            check(ddp_gather(group_, s.data(), flat.defined() ? flat.data_ptr() : nullptr, e.count, e.dtype, root));
+            if (flat.defined())
+                unflatten_from_host(flat, out);
+        },
+        {in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::scatter(std::vector<at::Tensor> &outputs,
@@ -332,13 +356,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::scatter(std::vector<at::Tensor> &ou
                     "ddpd: scatter: only the root gives an input list");
     }
     at::Tensor out = outputs[0];
-    return post(c10d::OpType::SCATTER, "ddpd:scatter", {out}, [this, out, in, root] {
-        Staged s(out, false);
-        Elements e = movement_elements(out);
-        at::Tensor flat = in.empty() ? at::Tensor() : flatten_to_host(in);
-        check(ddp_scatter(group_, flat.defined() ? flat.data_ptr() : nullptr, s.data(), e.count, e.dtype, root));
-        s.copy_out();
-    });
+    return post(
+        c10d::OpType::SCATTER, "ddpd:scatter", {out},
+        [this, out, in, root] {
+            Staged s(out, false);
+            Elements e = movement_elements(out);
+            at::Tensor flat = in.empty() ? at::Tensor() : flatten_to_host(in);
+            check(ddp_scatter(group_, flat.defined() ? flat.data_ptr() : nullptr, s.data(), e.count, e.dtype, root));
+            s.copy_out();
+        },
+        in);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -355,12 +382,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter(std::vector<at::Tens
     ddp_op dop = reduce_op(op, "reduce_scatter");
     at::Tensor out = outputs[0];
     std::vector<at::Tensor> in = inputs[0];
-    return post(c10d::OpType::REDUCE_SCATTER, "ddpd:reduce_scatter", {out}, [this, out, in, e, dop] {
-        Staged s(out, false);
-        at::Tensor flat = flatten_to_host(in);
-        check(ddp_reduce_scatter(group_, flat.data_ptr(), s.data(), e.count, e.dtype, dop));
-        s.copy_out();
-    });
+    return post(
+        c10d::OpType::REDUCE_SCATTER, "ddpd:reduce_scatter", {out},
+        [this, out, in, e, dop] {
+            Staged s(out, false);
+            at::Tensor flat = flatten_to_host(in);
+            check(ddp_reduce_scatter(group_, flat.data_ptr(), s.data(), e.count, e.dtype, dop));
+            s.copy_out();
+        },
+        in);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
@@ -376,7 +406,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::_reduce_scatter_base(at::Tensor &ou
                     Staged in(input), out(output, false);
                     check(ddp_reduce_scatter(group_, in.data(), out.data(), e.count, e.dtype, dop));
                     out.copy_out();
-                });
+                },
+                {input});
 }
 
 // An all-to-all of equal parts as world scatters: rank r's turn sends its part j to rank j,
@@ -398,17 +429,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall_base(at::Tensor &output, a
         for (int64_t s : splits)
             if (s != splits[0])
                 return false;
-        return (int)splits.size() == getSize();
+        return (int)splits.size() == getSize() && splits[0] * getSize() == t.size(0);
     };
-    TORCH_CHECK(input.dim() > 0 && even(input_splits, input) && even(output_splits, output) &&
+    auto add_up = [](const std::vector<int64_t> &splits, const at::Tensor &t, const char *which) {
+        int64_t sum = 0;
+        for (int64_t s : splits)
+            sum += s;
+        TORCH_CHECK(splits.empty() || (t.dim() > 0 && sum == t.size(0)), "ddpd: all_to_all_single: the ", which,
+                    " splits add up to ", sum, ", not the tensor's first dimension");
+    };
+    add_up(input_splits, input, "input");
+    add_up(output_splits, output, "output");
+    TORCH_CHECK(input.dim() > 0 && output.dim() > 0 && even(input_splits, input) && even(output_splits, output) &&
                     input.numel() == output.numel() && input.scalar_type() == output.scalar_type(),
                 "ddpd: all_to_all_single with uneven splits is not supported: libddp moves equal parts only");
-    return post(c10d::OpType::ALLTOALL_BASE, "ddpd:alltoall_base", {output}, [this, output, input] {
-        Staged in(input), out(output, false);
-        Elements e = movement_elements(input);
-        scatter_rounds(in.data(), out.data(), e.count / (size_t)getSize(), e.dtype);
-        out.copy_out();
-    });
+    return post(c10d::OpType::ALLTOALL_BASE, "ddpd:alltoall_base", {output},
+                [this, output, input] {
+                    Staged in(input), out(output, false);
+                    Elements e = movement_elements(input);
+                    scatter_rounds(in.data(), out.data(), e.count / (size_t)getSize(), e.dtype);
+                    out.copy_out();
+                },
+                {input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
@@ -425,13 +467,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall(std::vector<at::Tensor> &o
             return true;
         }(),
         "ddpd: all_to_all with tensors of different sizes is not supported: libddp moves equal parts only");
-    return post(c10d::OpType::ALLTOALL, "ddpd:alltoall", outputs, [this, outputs, inputs]() mutable {
-        at::Tensor in = flatten_to_host(inputs);
-        at::Tensor out = at::empty_like(in);
-        Elements e = movement_elements(in);
-        scatter_rounds(in.data_ptr(), out.data_ptr(), e.count / (size_t)getSize(), e.dtype);
-        unflatten_from_host(out, outputs);
-    });
+    return post(
+        c10d::OpType::ALLTOALL, "ddpd:alltoall", outputs,
+        [this, outputs, inputs]() mutable {
+            at::Tensor in = flatten_to_host(inputs);
+            at::Tensor out = at::empty_like(in);
+            Elements e = movement_elements(in);
+            scatter_rounds(in.data_ptr(), out.data_ptr(), e.count / (size_t)getSize(), e.dtype);
+            unflatten_from_host(out, outputs);
+        },
+        inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::send(std::vector<at::Tensor> &tensors, int dst, int tag) {

@@ -7,14 +7,23 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "comm_thread.hpp"
+#include "completions.hpp"
 #include "ddp/ddp.h"
 
 namespace torch_ddpd {
+
+// What check() throws: a libddp call failed, so every rank's fails (the job ended, or the
+// call did not match); unlike a failure of torch's, around the call, which only this rank sees.
+class LibddpError : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
 
 class ProcessGroup : public c10d::ProcessGroup {
   public:
@@ -66,9 +75,11 @@ class ProcessGroup : public c10d::ProcessGroup {
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
 
   private:
-    // Runs body on the comm thread; the Work completes with outputs, or with body's error.
+    // Runs body on the comm thread, once the caller's GPU streams are done with the
+    // tensors; the Work completes with outputs, or with body's error (a failure of
+    // torch's, not libddp's, aborts the job: the other ranks would wait for this one).
     c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
-                                        std::function<void()> body);
+                                        std::function<void()> body, const std::vector<at::Tensor> &inputs = {});
     // Throws libddp's account of a failed call.
     void check(int r) const;
     void shutdown();
@@ -76,6 +87,7 @@ class ProcessGroup : public c10d::ProcessGroup {
 
     ddp_group *group_;
     std::unique_ptr<CommThread> thread_;
+    std::unique_ptr<Completions> completions_;
     std::atomic<unsigned long long> calls_{0};
 };
 

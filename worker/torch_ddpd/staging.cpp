@@ -1,5 +1,7 @@
 #include "staging.hpp"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 namespace torch_ddpd {
 
 namespace {
@@ -44,6 +46,35 @@ void unflatten_from_host(const at::Tensor &flat, std::vector<at::Tensor> &tensor
     for (at::Tensor &t : tensors) {
         t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
         offset += t.numel();
+    }
+}
+
+std::shared_ptr<const DeviceReady> DeviceReady::after_current_streams(const std::vector<at::Tensor> &a,
+                                                                      const std::vector<at::Tensor> &b) {
+    std::shared_ptr<DeviceReady> ready;
+    for (const std::vector<at::Tensor> *list : {&a, &b}) {
+        for (const at::Tensor &t : *list) {
+            if (!t.defined() || t.device().is_cpu())
+                continue;
+            if (!ready)
+                ready = std::make_shared<DeviceReady>();
+            bool seen = false;
+            for (const c10::Event &e : ready->events_)
+                seen = seen || e.device() == t.device();
+            if (seen)
+                continue;
+            c10::impl::VirtualGuardImpl guard(t.device().type());
+            ready->events_.emplace_back(t.device().type());
+            ready->events_.back().record(guard.getStream(t.device()));
+        }
+    }
+    return ready;
+}
+
+void DeviceReady::wait() const {
+    for (const c10::Event &e : events_) {
+        c10::impl::VirtualGuardImpl guard(e.device_type());
+        e.block(guard.getStream(e.device()));
     }
 }
 

@@ -3,7 +3,11 @@
 // stages), written back when the call is done.
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
 
 namespace torch_ddpd {
 
@@ -29,5 +33,20 @@ class Staged {
 // the way back: for the calls that take a list (gather's outputs, scatter's inputs...).
 at::Tensor flatten_to_host(const std::vector<at::Tensor> &tensors);
 void unflatten_from_host(const at::Tensor &flat, std::vector<at::Tensor> &tensors);
+
+// The caller's GPU work on a call's tensors, as queued when it made the call: the comm
+// thread's stream waits for it before staging (the caller's current stream may be one
+// that the comm thread's default stream does not wait for), as gloo's CUDA works do.
+class DeviceReady {
+  public:
+    // On the calling thread; nullptr when no tensor is on a GPU.
+    static std::shared_ptr<const DeviceReady> after_current_streams(const std::vector<at::Tensor> &a,
+                                                                    const std::vector<at::Tensor> &b);
+    // On the comm thread.
+    void wait() const;
+
+  private:
+    std::vector<c10::Event> events_; // one per device
+};
 
 } // namespace torch_ddpd

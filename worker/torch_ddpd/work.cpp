@@ -1,5 +1,7 @@
 #include "work.hpp"
 
+#include <cstdio>
+
 #include <ATen/core/ivalue.h>
 
 namespace torch_ddpd {
@@ -17,14 +19,23 @@ std::vector<at::Tensor> Work::result() {
     return outputs_;
 }
 
+// The future first, as gloo does: once wait() returns, the future's value is there.
 void Work::complete() {
-    finish();                                      // wait() returns from here on
-    future_->markCompleted(c10::IValue(outputs_)); // runs the callbacks (a DDP hook's) here
+    try {
+        future_->markCompleted(c10::IValue(outputs_)); // runs the callbacks (a DDP hook's) here
+    } catch (const std::exception &e) {
+        fprintf(stderr, "torch_ddpd: completing %s: %s\n", c10d::opTypeToString(retrieveOpType()).c_str(), e.what());
+    }
+    finish(); // wait() returns from here on
 }
 
 void Work::fail(std::exception_ptr error) {
+    try {
+        future_->setError(error);
+    } catch (const std::exception &e) {
+        fprintf(stderr, "torch_ddpd: failing %s: %s\n", c10d::opTypeToString(retrieveOpType()).c_str(), e.what());
+    }
     finish(error); // wait() throws it
-    future_->setError(error);
 }
 
 } // namespace torch_ddpd

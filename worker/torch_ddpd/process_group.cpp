@@ -130,7 +130,7 @@ void ProcessGroup::shutdown_all() {
 }
 
 ProcessGroup::ProcessGroup(ddp_group *group, int rank, int size)
-    : c10d::ProcessGroup(rank, size), group_(group), thread_(new CommThread()), completions_(new Completions()) {
+    : c10d::ProcessGroup(rank, size), group_(group), queue_(new CommQueue()) {
     std::lock_guard<std::mutex> lock(open_groups_mutex);
     open_groups.insert(this);
 }
@@ -147,10 +147,10 @@ ProcessGroup::~ProcessGroup() {
 
 // Under open_groups_mutex, without the GIL.
 void ProcessGroup::shutdown() {
-    if (!thread_)
+    if (!queue_)
         return;
-    thread_->drain_and_stop(); // runs what was posted; a later post is refused
-    completions_.reset();      // completes it
+    queue_->drain_and_stop(); // runs and completes what was posted; a later post is refused
+    queue_.reset();
     ddp_finalize(group_);
     group_ = nullptr;
 }
@@ -170,8 +170,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char 
                     ": cannot write a tensor whose elements share memory (an expanded view); pass a copy");
     auto work = c10::make_intrusive<Work>(getRank(), type, title, outputs);
     std::shared_ptr<const DeviceReady> ready = DeviceReady::after_current_streams(outputs, inputs);
-    bool posted = thread_ && thread_->post([this, work, ready, title, body = std::move(body)] {
-        std::exception_ptr error;
+    auto error = std::make_shared<std::exception_ptr>();
+    auto call = [this, ready, title, error, body = std::move(body)] {
         try {
             at::NoGradGuard no_grad; // copies into the caller's tensors are not autograd's
             if (ready)
@@ -179,15 +179,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char 
             body();
             ddp_report_progress(group_, ++calls_, 0.0); // ddpctl status: how many calls each rank has done
         } catch (const LibddpError &) {
-            error = std::current_exception(); // the job knows: every rank's call fails
+            *error = std::current_exception(); // the job knows: every rank's call fails
         } catch (const std::exception &e) {
             // torch failed here, around libddp: the other ranks would wait for this one
             std::string why = std::string(title) + " failed on rank " + std::to_string(getRank()) + ": " + e.what();
             ddp_abort(group_, why.c_str());
-            error = std::current_exception();
+            *error = std::current_exception();
         }
-        completions_->post([work, error] { error ? work->fail(error) : work->complete(); });
-    });
+    };
+    auto complete = [work, error] { *error ? work->fail(*error) : work->complete(); };
+    bool posted = queue_ && queue_->post(std::move(call), std::move(complete));
     TORCH_CHECK(posted, "ddpd: ", title, " on a process group that was shut down");
     return work;
 }

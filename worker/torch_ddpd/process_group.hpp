@@ -1,6 +1,6 @@
 // torch.distributed's backend "ddpd": a c10d::ProcessGroup over a libddp group. Each call
 // checks its arguments at once (a RuntimeError on the calling thread), then runs on the
-// group's comm thread in call order and completes its Work there, with libddp's error
+// group's CommQueue in call order and completes its Work there, with libddp's error
 // (ddp_last_error(): who died, who stalled) when it fails.
 #pragma once
 
@@ -12,8 +12,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "comm_thread.hpp"
-#include "completions.hpp"
+#include "comm_queue.hpp"
 #include "ddp/ddp.h"
 
 namespace torch_ddpd {
@@ -86,8 +85,7 @@ class ProcessGroup : public c10d::ProcessGroup {
     void scatter_rounds(const void *send, void *recv, size_t count, ddp_dtype dtype) const;
 
     ddp_group *group_;
-    std::unique_ptr<CommThread> thread_;
-    std::unique_ptr<Completions> completions_;
+    std::unique_ptr<CommQueue> queue_;
     std::atomic<unsigned long long> calls_{0};
 };
 

@@ -1,4 +1,4 @@
-// What a process group's call returns at once: completed off the comm thread, with the
+// What a process group's call returns at once: completed by the thread that ran it, with the
 // output tensors or the error, and with a future for DistributedDataParallel's buckets and
 // communication hooks.
 #pragma once
@@ -14,7 +14,7 @@ class Work : public c10d::Work {
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
     std::vector<at::Tensor> result() override;
 
-    // Called once, on one of the group's completion threads.
+    // Called once, by the thread that ran the call (comm_queue.hpp).
     void complete();
     void fail(std::exception_ptr error);
 

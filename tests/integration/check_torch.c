@@ -201,6 +201,21 @@ START_TEST(test_mismatch) {
 }
 END_TEST
 
+/* torch fails on one rank only, on the comm thread after a broadcast: that rank raises
+ * torch's error, and aborts the job so that the others raise at their next call, naming
+ * it, instead of waiting for it. */
+START_TEST(test_torch_error_on_one_rank) {
+    proc p;
+    run_script(&p, 3, "faults.py", "torch");
+    ck_assert_msg(count_of(&p, "rank 1 raised: The size of tensor a") == 1, "%s", proc_output_tail(&p));
+    ck_assert_msg(count_of(&p, "raised: job 'default' aborted: rank 1 (pid ") == 2 &&
+                      count_of(&p, "gave up: ddpd:broadcast failed on rank 1: The size of tensor a") >= 2 &&
+                      count_of(&p, "no error") == 0 && !strstr(proc_output(&p), "Exception raised from"),
+                  "%s", proc_output_tail(&p));
+    proc_close(&p);
+}
+END_TEST
+
 /* torchrun starts the ranks (and its own store on MASTER_PORT); ddpd comes from DDP_COORDINATOR. */
 START_TEST(test_torchrun) {
     ddpd_proc d;
@@ -245,6 +260,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_killed_rank);
     tcase_add_test(tc, test_mismatch);
+    tcase_add_test(tc, test_torch_error_on_one_rank);
     tcase_add_test(tc, test_timeout_and_status);
     suite_add_tcase(s, tc);
     tc = tcase_create("torchrun");

@@ -3,7 +3,9 @@ account (who, which pid on which host), never a hang.
   faults.py loop       all-reduce until one fails; print the error and how long after the
                        last all-reduce that succeeded it came (a peer is killed meanwhile)
   faults.py mismatch   rank r all-reduces 4 + r elements: every rank must raise
-  faults.py timeout    a group with a 3 s timeout; rank 1 sleeps where rank 0 all-reduces"""
+  faults.py timeout    a group with a 3 s timeout; rank 1 sleeps where rank 0 all-reduces
+  faults.py torch      torch fails on rank 1 only, after a broadcast (its second tensor has
+                       another shape): the others raise at their next call, naming it"""
 import sys
 import time
 from datetime import timedelta
@@ -54,8 +56,23 @@ def timeout(rank):
         sys.exit(1)
 
 
+def torch_error(rank):
+    shapes = [(2, 3), (3, 2) if rank == 1 else (2, 3)]
+    try:
+        dist.broadcast_multigpu([torch.zeros(s) for s in shapes], src=0)
+        print("rank %d: broadcast done" % rank, flush=True)
+        t0 = time.monotonic()
+        dist.all_reduce(torch.ones(8))
+    except RuntimeError as e:
+        print("rank %d raised: %s" % (rank, e), flush=True)
+        if rank == 1:
+            time.sleep(2)  # ddp-run stops the others when it exits: let them raise first
+        sys.exit(1)
+    print("rank %d: no error" % rank, flush=True)
+
+
 if __name__ == "__main__":
     import torch_ddpd  # noqa: F401  registers the backend "ddpd"
     mode = sys.argv[1]
     dist.init_process_group("ddpd", timeout=timedelta(seconds=3 if mode == "timeout" else 1800))
-    {"loop": loop, "mismatch": mismatch, "timeout": timeout}[mode](dist.get_rank())
+    {"loop": loop, "mismatch": mismatch, "timeout": timeout, "torch": torch_error}[mode](dist.get_rank())

@@ -182,7 +182,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char 
             *error = std::current_exception(); // the job knows: every rank's call fails
         } catch (const std::exception &e) {
             // torch failed here, around libddp: the other ranks would wait for this one
-            std::string why = std::string(title) + " failed on rank " + std::to_string(getRank()) + ": " + e.what();
+            auto *torch_error = dynamic_cast<const c10::Error *>(&e);
+            std::string why = std::string(title) + " failed on rank " + std::to_string(getRank()) + ": " +
+                              (torch_error ? torch_error->what_without_backtrace() : e.what());
             ddp_abort(group_, why.c_str());
             *error = std::current_exception();
         }

@@ -169,9 +169,9 @@ int main(int argc, char **argv) {
 
     uint64_t next_tick = clock_now_ms();
     while (!stop_signal) {
-        zmq_pollitem_t items[1 + DDP_MAX_JOBS] = {{.socket = s.router, .events = ZMQ_POLLIN}};
-        int fds[DDP_MAX_JOBS];
-        size_t n_fds = server_poll_fds(&s, fds, DDP_MAX_JOBS);
+        zmq_pollitem_t items[1 + 2 * DDP_MAX_JOBS] = {{.socket = s.router, .events = ZMQ_POLLIN}};
+        int fds[2 * DDP_MAX_JOBS];
+        size_t n_fds = server_poll_fds(&s, fds, 2 * DDP_MAX_JOBS);
         for (size_t i = 0; i < n_fds; i++)
             items[1 + i] = (zmq_pollitem_t){.fd = fds[i], .events = ZMQ_POLLIN};
         int rc = zmq_poll(items, (int)(1 + n_fds), clock_ms_until(next_tick));

@@ -28,19 +28,22 @@ static struct {
     uint64_t count;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
+#define PS_CHUNK 4096 /* elements (16 KiB): summed and divided while they are in L1, one pass over memory */
+
 /* Slice part of parts: the average of its elements, summed in rank order. */
 static void reduce_slice(float *out, const float *const *in, uint32_t world, uint64_t count, int part, int parts) {
     uint64_t lo = count * (uint64_t)part / (uint64_t)parts, hi = count * (uint64_t)(part + 1) / (uint64_t)parts;
-    if (hi == lo)
-        return;
-    /* the first two in one pass (a copy, then a sum over it, would go over out twice) */
-    if (world == 1)
-        memcpy(out + lo, in[0] + lo, (hi - lo) * sizeof(float));
-    else
-        reduce_pair(out + lo, in[0] + lo, in[1] + lo, hi - lo, DTYPE_F32, REDUCE_SUM);
-    for (uint32_t r = 2; r < world; r++)
-        reduce_into(out + lo, in[r] + lo, hi - lo, DTYPE_F32, REDUCE_SUM);
-    reduce_finish(out + lo, hi - lo, DTYPE_F32, REDUCE_AVG, (int)world);
+    for (uint64_t at = lo; at < hi; at += PS_CHUNK) {
+        size_t n = hi - at < PS_CHUNK ? (size_t)(hi - at) : PS_CHUNK;
+        /* the first two in one pass (a copy, then a sum over it, would go over out twice) */
+        if (world == 1)
+            memcpy(out + at, in[0] + at, n * sizeof(float));
+        else
+            reduce_pair(out + at, in[0] + at, in[1] + at, n, DTYPE_F32, REDUCE_SUM);
+        for (uint32_t r = 2; r < world; r++)
+            reduce_into(out + at, in[r] + at, n, DTYPE_F32, REDUCE_SUM);
+        reduce_finish(out + at, n, DTYPE_F32, REDUCE_AVG, (int)world);
+    }
 }
 
 static void *helper_main(void *arg) {

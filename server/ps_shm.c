@@ -5,22 +5,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/ps_segment.h"
 #include "common/shm_segment.h"
 
-int ps_shm_open(ps_shm *p, uint32_t world, size_t bytes) {
-    *p = (ps_shm){.listener = -1, .average_fd = -1, .bytes = bytes, .world = world};
+int ps_shm_open(ps_shm *p, uint32_t world, size_t float_bytes, size_t n_buckets) {
+    *p = (ps_shm){.listener = -1,
+                  .average_fd = -1,
+                  .doorbell = -1,
+                  .bytes = ps_segment_bytes(float_bytes, n_buckets),
+                  .float_bytes = float_bytes,
+                  .n_buckets = n_buckets,
+                  .world = world};
     char why[128];
     int r;
-    if (!(p->pushed = calloc(world, sizeof(char *))))
+    if (!(p->pushed = calloc(world, sizeof(char *))) || !(p->by_message = calloc(world, sizeof(bool)))) {
+        free(p->pushed);
+        p->pushed = NULL;
         return -ENOMEM;
-    if ((r = shm_segment_make("ddpd-average", bytes, &p->average_fd)) < 0 ||
-        (r = shm_segment_map(p->average_fd, bytes, &p->average, why, sizeof(why))) < 0 ||
+    }
+    if ((p->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        r = -errno;
+        ps_shm_close(p);
+        return r;
+    }
+    if ((r = shm_segment_make("ddpd-average", p->bytes, &p->average_fd)) < 0 ||
+        (r = shm_segment_map(p->average_fd, p->bytes, &p->average, why, sizeof(why))) < 0 ||
         (r = fd_socket_listen("ddpd-ps-", p->name, (int)world, &p->listener)) < 0) {
         ps_shm_close(p);
         return r;
@@ -38,13 +54,16 @@ static void ps_shm_stop_listening(ps_shm *p) {
 
 void ps_shm_close(ps_shm *p) {
     ps_shm_stop_listening(p);
+    if (p->doorbell >= 0)
+        close(p->doorbell);
     for (uint32_t r = 0; p->pushed && r < p->world; r++)
         if (p->pushed[r])
             munmap(p->pushed[r], p->bytes);
     free(p->pushed);
+    free(p->by_message);
     if (p->average)
         munmap(p->average, p->bytes);
-    *p = (ps_shm){.listener = -1, .average_fd = -1};
+    *p = (ps_shm){.listener = -1, .average_fd = -1, .doorbell = -1};
 }
 
 int ps_shm_accept(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
@@ -76,8 +95,8 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
         r = -EPROTO;
     } else if ((r = shm_segment_map(fd, p->bytes, &mapped, why, sizeof(why))) < 0) {
         snprintf(err, err_size, "rank %d's push segment is refused: %s", (int)rank, why);
-    } else if ((r = fd_socket_send(sock, p->average_fd, rank)) < 0) {
-        snprintf(err, err_size, "handing rank %d the average segment: %s", (int)rank, error_string(r));
+    } else if ((r = fd_socket_send(sock, p->average_fd, rank)) < 0 || (r = fd_socket_send(sock, p->doorbell, rank)) < 0) {
+        snprintf(err, err_size, "handing rank %d the average segment and doorbell: %s", (int)rank, error_string(r));
         munmap(mapped, p->bytes);
     } else {
         p->pushed[rank] = mapped;
@@ -87,4 +106,22 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
     close(fd);
     close(sock);
     return r;
+}
+
+void ps_shm_doorbell_clear(ps_shm *p) {
+    uint64_t rings;
+    if (read(p->doorbell, &rings, sizeof(rings)) < 0)
+        return; /* EAGAIN: a wake for a push already seen */
+}
+
+uint64_t ps_shm_pushed(const ps_shm *p, uint32_t rank, size_t bucket) {
+    if (!p->pushed || rank >= p->world || !p->pushed[rank] || bucket >= p->n_buckets)
+        return 0;
+    return atomic_load_explicit(ps_segment_counter(p->pushed[rank], p->float_bytes, bucket).value,
+                                memory_order_acquire); /* the floats it vouches for are written */
+}
+
+void ps_shm_averaged(ps_shm *p, size_t bucket, uint64_t step) {
+    if (p->average && bucket < p->n_buckets)
+        shm_flag_set(ps_segment_counter(p->average, p->float_bytes, bucket), step + 1);
 }

@@ -3,9 +3,14 @@
  * over its push segment (every bucket, in the layout's order). ddpd asks the kernel who
  * connected (SO_PEERCRED: the pid that rank joined with, else refused), checks the segment
  * (sealed, of the layout's size: common/shm_segment.h), maps it, and hands back the job's
- * average segment, where it writes the averages. A rank that does not (another host, or
- * DDP_TRANSPORT=zmq) pushes payloads as before. Every descriptor is closed once mapped. */
+ * average segment, where it writes the averages, and the job's doorbell (an eventfd in
+ * ddpd's poll set). A rank pushes by raising its bucket's counter in its push segment and
+ * ringing the doorbell, and waits on the bucket's counter in the average segment
+ * (common/ps_segment.h): no message and no thread between them and ddpd. A rank that does
+ * not share memory (another host, or DDP_TRANSPORT=zmq) pushes payloads as before. Every
+ * descriptor but the doorbell is closed once mapped. */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,19 +19,30 @@
 typedef struct {
     int listener; /* -1: none, or every rank has handed over */
     char name[FD_SOCKET_NAME_BYTES];
-    size_t bytes;   /* of each segment: the layout's floats */
+    size_t bytes;       /* of each segment: ps_segment_bytes(float_bytes, n_buckets) */
+    size_t float_bytes; /* the layout's floats */
+    size_t n_buckets;
     int average_fd; /* handed to each rank, then closed */
+    int doorbell;   /* an eventfd, handed to each rank; rung after a push */
     char *average;  /* mapped */
     char **pushed;  /* (world) each rank's push segment once handed over, else NULL */
+    bool *by_message; /* (world) the rank pushed by message since (it rejoined): it hears of averages so too */
     uint32_t world, n_handed;
 } ps_shm;
 
 /* Makes the average segment and the listener; on failure (logged by the caller) the job
  * goes without. */
-int ps_shm_open(ps_shm *p, uint32_t world, size_t bytes);
+int ps_shm_open(ps_shm *p, uint32_t world, size_t float_bytes, size_t n_buckets);
 void ps_shm_close(ps_shm *p);
 /* A rank is connecting: takes its push segment and hands back the average segment, or
  * refuses it with err saying why. pids: the members' by rank. Waits at most
  * PS_SHM_WAIT_MS for the rank's message (it sends it as it connects). */
 int ps_shm_accept(ps_shm *p, const uint32_t *pids, char *err, size_t err_size);
 #define PS_SHM_WAIT_MS 200
+/* After the doorbell rang: empties it. */
+void ps_shm_doorbell_clear(ps_shm *p);
+/* How many pushes of bucket rank has made, as its segment says (0 if it has not handed one
+ * over): the rank writes it, so ddpd checks it against the job's step before using it. */
+uint64_t ps_shm_pushed(const ps_shm *p, uint32_t rank, size_t bucket);
+/* Every rank now reads bucket's average of step (the step-th, from 0) in the average segment. */
+void ps_shm_averaged(ps_shm *p, size_t bucket, uint64_t step);

@@ -277,7 +277,7 @@ static void server_form_job(server *s, job *j) {
     body.heartbeat_ms = (uint32_t)s->opts.heartbeat_ms;
     body.liveness = (uint32_t)s->opts.liveness;
     if (j->n_ps_layout) { /* the ranks on this host may hand over their pushes in shared memory */
-        int r = ps_shm_open(&j->shm, j->world_size, j->ps.total * sizeof(float));
+        int r = ps_shm_open(&j->shm, j->world_size, j->ps.total * sizeof(float), j->ps.n_buckets);
         if (r == 0) {
             ps_set_average(&j->ps, (float *)j->shm.average);
             body.ps_socket = j->shm.name;
@@ -703,7 +703,54 @@ static void server_on_store(server *s, const wire_msg *msg) {
     }
 }
 
-/* ps mode: a rank's bucket of gradients; once every rank's is in, each gets the average. */
+/* ps mode: rank m's push of bucket at step, from payload, or from its push segment when
+ * payload is NULL; once every rank's is in, each gets the average: in the average segment
+ * when it shares memory with ddpd, else as a frame. A push that does not fit aborts the
+ * job (the ranks that pushed would wait for an average that never comes; -ECONNABORTED:
+ * j is gone); msg, when the push came as one, is told why too. */
+static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step, uint32_t bucket,
+                           zmq_msg_t *payload, const wire_msg *msg) {
+    char err[DDP_MAX_REASON];
+    int r;
+    if (!payload && !j->shm.pushed[m->rank]) {
+        snprintf(err, sizeof(err), "bucket %u: pushed in shared memory that rank %d never handed over", bucket,
+                 m->rank);
+        r = -EPROTO;
+    } else {
+        r = ps_push(&j->ps, (uint32_t)m->rank, step, bucket, payload,
+                    payload ? NULL : (const float *)j->shm.pushed[m->rank], err, sizeof(err));
+    }
+    if (r < 0) {
+        char reason[DDP_MAX_REASON];
+        snprintf(reason, sizeof(reason), "grad-push from rank %d refused: %.400s", m->rank, err);
+        if (msg)
+            server_send_error(s, msg, r, "%s", reason);
+        server_abort_job(s, j, -1, -ECONNABORTED, reason);
+        return -ECONNABORTED;
+    }
+    if (r == 0)
+        return 0;
+    ps_shm_averaged(&j->shm, bucket, step);
+    Ddp__GradAvg body = DDP__GRAD_AVG__INIT;
+    body.step = step;
+    body.bucket = bucket;
+    wire_frame frame = {(void *)ps_average(&j->ps, bucket), j->ps.buckets[bucket].count * sizeof(float)};
+    for (size_t i = 0; i < j->n_members; i++) {
+        int rank = j->members[i].rank;
+        body.shared = j->shm.pushed && j->shm.pushed[rank];
+        if (body.shared && !j->shm.by_message[rank])
+            continue; /* it reads the average segment's counter */
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
+        env.grad_avg = &body;
+        int e = wire_send(s->router, j->members[i].identity, j->members[i].identity_size, &env, &frame,
+                          body.shared ? 0 : 1);
+        if (e < 0)
+            log_debug("could not send grad-avg to rank %d: %s", j->members[i].rank, error_string(e));
+    }
+    return 0;
+}
+
 static void server_on_grad_push(server *s, wire_msg *msg) {
     job *j;
     job_member *m;
@@ -714,54 +761,46 @@ static void server_on_grad_push(server *s, wire_msg *msg) {
         return;
     }
     const Ddp__GradPush *push = msg->env->grad_push;
-    char err[DDP_MAX_REASON];
-    int r;
-    if (push->shared && !j->shm.pushed[m->rank]) {
-        snprintf(err, sizeof(err), "bucket %u: pushed in shared memory that rank %d never handed over", push->bucket,
-                 m->rank);
-        r = -EPROTO;
-    } else {
-        r = ps_push(&j->ps, (uint32_t)m->rank, push->step, push->bucket, push->shared ? NULL : &msg->payload[0],
-                    push->shared ? (const float *)j->shm.pushed[m->rank] : NULL, err, sizeof(err));
-    }
-    if (r < 0) {
-        char reason[DDP_MAX_REASON];
-        snprintf(reason, sizeof(reason), "grad-push from rank %d refused: %.400s", m->rank, err);
-        server_send_error(s, msg, r, "%s", reason);
-        /* the ranks that pushed this bucket would wait for an average that never comes */
-        server_abort_job(s, j, -1, -ECONNABORTED, reason);
-        return;
-    }
-    if (r == 0)
-        return;
-    /* every rank gets it where it pushed from: in the average segment, or as a frame */
-    Ddp__GradAvg body = DDP__GRAD_AVG__INIT;
-    body.step = push->step;
-    body.bucket = push->bucket;
-    wire_frame frame = {(void *)ps_average(&j->ps, push->bucket), j->ps.buckets[push->bucket].count * sizeof(float)};
-    for (size_t i = 0; i < j->n_members; i++) {
-        Ddp__Envelope env;
-        wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
-        body.shared = j->shm.pushed && j->shm.pushed[j->members[i].rank];
-        env.grad_avg = &body;
-        int e = wire_send(s->router, j->members[i].identity, j->members[i].identity_size, &env, &frame,
-                          body.shared ? 0 : 1);
-        if (e < 0)
-            log_debug("could not send grad-avg to rank %d: %s", j->members[i].rank, error_string(e));
+    if (j->shm.pushed && j->shm.pushed[m->rank])
+        j->shm.by_message[m->rank] = true;
+    (void)server_ps_take(s, j, m, push->step, push->bucket, push->shared ? NULL : &msg->payload[0], msg);
+}
+
+/* A ps job's doorbell rang: each rank that shares memory says in its push segment how many
+ * pushes of each bucket it has made; one more than ddpd has taken of it is a push. */
+static void server_on_doorbell(server *s, job *j) {
+    ps_shm_doorbell_clear(&j->shm);
+    for (size_t i = 0; i < j->n_members && j->state == JOB_RUNNING && !j->recovering; i++) {
+        const job_member *m = &j->members[i];
+        for (uint32_t b = 0; b < j->ps.n_buckets && j->n_ps_layout; b++) {
+            const ps_bucket *bk = &j->ps.buckets[b];
+            uint64_t pushed = ps_shm_pushed(&j->shm, (uint32_t)m->rank, b);
+            if (pushed <= bk->step || (pushed == bk->step + 1 && bk->arrived[m->rank]))
+                continue; /* taken already, or not pushed yet */
+            if (server_ps_take(s, j, m, pushed - 1, b, NULL, NULL) < 0) /* a step ahead is refused there */
+                return;                                                 /* j is gone */
+        }
     }
 }
 
 size_t server_poll_fds(const server *s, int *fds, size_t max) {
     size_t n = 0;
-    for (size_t i = 0; i < s->n_jobs && n < max; i++)
-        if (s->jobs[i]->shm.listener >= 0)
+    for (size_t i = 0; i < s->n_jobs; i++) {
+        if (s->jobs[i]->shm.listener >= 0 && n < max)
             fds[n++] = s->jobs[i]->shm.listener;
+        if (s->jobs[i]->shm.doorbell >= 0 && n < max)
+            fds[n++] = s->jobs[i]->shm.doorbell;
+    }
     return n;
 }
 
 void server_on_fd(server *s, int fd) {
     for (size_t i = 0; i < s->n_jobs; i++) {
         job *j = s->jobs[i];
+        if (j->shm.doorbell == fd) {
+            server_on_doorbell(s, j);
+            return;
+        }
         if (j->shm.listener != fd)
             continue;
         uint32_t pids[DDP_MAX_WORLD_SIZE];

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -14,6 +15,9 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/fd_socket.h"
+#include "common/ps_segment.h"
+#include "common/shm_segment.h"
 #include "tests/check_main.h"
 #include "tests/integration/harness.h"
 
@@ -514,13 +518,14 @@ START_TEST(test_store) {
 END_TEST
 
 /* A job in ps mode: ddpd averages pushes in rank order and refuses any that do not fit. */
-static void *ps_member(void *ctx, const char *endpoint, const char *job, int rank, const uint64_t *layout, size_t n) {
+static void *ps_member_as(void *ctx, const char *endpoint, const char *job, int rank, const uint64_t *layout,
+                          size_t n, uint32_t pid) {
     void *s = raw_connect(ctx, endpoint);
     Ddp__Join join = DDP__JOIN__INIT;
     join.world_size = 2;
     join.rank = rank;
     join.mode = (char *)"ps";
-    join.pid = (uint32_t)(2000 + rank);
+    join.pid = pid;
     join.host = (char *)"test";
     join.ps_buckets = (uint64_t *)layout;
     join.n_ps_buckets = n;
@@ -529,6 +534,10 @@ static void *ps_member(void *ctx, const char *endpoint, const char *job, int ran
     env.join = &join;
     ck_assert_int_eq(wire_send(s, NULL, 0, &env, NULL, 0), 0);
     return s;
+}
+
+static void *ps_member(void *ctx, const char *endpoint, const char *job, int rank, const uint64_t *layout, size_t n) {
+    return ps_member_as(ctx, endpoint, job, rank, layout, n, (uint32_t)(2000 + rank));
 }
 
 static int ps_push(void *s, const char *job, uint64_t generation, uint64_t step, uint32_t bucket, const float *data,
@@ -625,6 +634,97 @@ START_TEST(test_parameter_server) {
         wire_msg_close(&msg);
         zmq_close(a);
         zmq_close(b);
+    }
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* Rank r of a ps job on ddpd's host, as libddp's ps_client.c is: its push segment, handed
+ * to ddpd over the Welcome's socket for the average segment and the doorbell. */
+typedef struct {
+    char *pushed, *average;
+    int doorbell;
+} ps_shared;
+
+static void ps_share(const char *socket_name, int rank, size_t bytes, ps_shared *ret) {
+    int fd = -1, sock = -1, average = -1;
+    int32_t tag = -1;
+    char why[128] = "";
+    ck_assert_int_eq(shm_segment_make("test-ps-push", bytes, &fd), 0);
+    ck_assert_int_eq(fd_socket_connect(socket_name, &sock), 0);
+    ck_assert_int_eq(fd_socket_send(sock, fd, rank), 0);
+    ck_assert_int_eq(fd_socket_recv(sock, clock_now_ms() + WAIT_MS, &average, &tag), 0);
+    ck_assert_int_eq(fd_socket_recv(sock, clock_now_ms() + WAIT_MS, &ret->doorbell, &tag), 0);
+    ck_assert_msg(shm_segment_map(fd, bytes, &ret->pushed, why, sizeof(why)) == 0, "%s", why);
+    ck_assert_msg(shm_segment_map(average, bytes, &ret->average, why, sizeof(why)) == 0, "%s", why);
+    close(fd);
+    close(average);
+    close(sock);
+}
+
+static void ps_ring(const ps_shared *m, size_t float_bytes, size_t bucket, uint64_t pushes) {
+    shm_flag_set(ps_segment_counter(m->pushed, float_bytes, bucket), pushes);
+    uint64_t one = 1;
+    ck_assert_int_eq(write(m->doorbell, &one, sizeof(one)), sizeof(one));
+}
+
+/* ps in shared memory with ddpd (server/ps_shm.h): each member raises its bucket's counter
+ * in its push segment and rings the doorbell; ddpd averages in rank order and raises the
+ * bucket's counter in the average segment, where the members read the average. A counter
+ * that runs ahead of the job is a push ddpd refuses, naming the rank, and ends the job. */
+START_TEST(test_ps_doorbell) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    const uint64_t layout[] = {3, 2};
+    const size_t float_bytes = 5 * sizeof(float), bytes = ps_segment_bytes(float_bytes, 2);
+    void *members[2];
+    ps_shared shared[2];
+    char socket_name[FD_SOCKET_NAME_BYTES] = "";
+    for (int r = 0; r < 2; r++) /* this process is both ranks: ddpd checks the pid that connects */
+        members[r] = ps_member_as(ctx, d.endpoint, "bell", r, layout, 2, (uint32_t)getpid());
+    for (int r = 0; r < 2; r++) {
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
+        ck_assert_msg(msg.env->welcome->ps_socket && msg.env->welcome->ps_socket[0], "no ps socket in the Welcome");
+        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
+        wire_msg_close(&msg);
+    }
+    for (int r = 0; r < 2; r++)
+        ps_share(socket_name, r, bytes, &shared[r]);
+    const float x0[3] = {1, 2, 3}, x1[3] = {3, 4, 5.5f};
+    memcpy(shared[1].pushed, x1, sizeof(x1)); /* rank 1 first: still summed in rank order */
+    ps_ring(&shared[1], float_bytes, 0, 1);
+    memcpy(shared[0].pushed, x0, sizeof(x0));
+    ps_ring(&shared[0], float_bytes, 0, 1);
+    shm_flag averaged = ps_segment_counter(shared[0].average, float_bytes, 0);
+    uint64_t deadline = clock_now_ms() + WAIT_MS;
+    while (atomic_load(averaged.value) < 1 && clock_now_ms() < deadline)
+        shm_flag_sleep(averaged, 1, 20);
+    ck_assert_uint_eq(atomic_load(averaged.value), 1);
+    const float *avg = (const float *)shared[1].average;
+    ck_assert_float_eq(avg[0], 2.0f);
+    ck_assert_float_eq(avg[1], 3.0f);
+    ck_assert_float_eq(avg[2], 4.25f);
+
+    /* rank 0 says it has pushed bucket 1 six times: steps 0-4 never came */
+    ps_ring(&shared[0], float_bytes, 1, 6);
+    for (int r = 0; r < 2; r++) {
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ABORT);
+        ck_assert_msg(strstr(msg.env->abort->reason,
+                             "grad-push from rank 0 refused: bucket 1: a push for step 5 while the job is at step 0"),
+                      "%s", msg.env->abort->reason);
+        wire_msg_close(&msg);
+    }
+    for (int r = 0; r < 2; r++) {
+        munmap(shared[r].pushed, bytes);
+        munmap(shared[r].average, bytes);
+        close(shared[r].doorbell);
+        zmq_close(members[r]);
     }
     zmq_ctx_term(ctx);
     ck_assert_int_eq(ddpd_stop(&d), 0);
@@ -1016,6 +1116,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_watchdog_ends_hung_rank);
     tcase_add_test(tc, test_jobs_side_by_side);
     tcase_add_test(tc, test_parameter_server);
+    tcase_add_test(tc, test_ps_doorbell);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

@@ -20,6 +20,7 @@
 #define AGENT_PUSH 'P'    /* a ps push, remembered until its average comes: [P, bucket] */
 
 struct agent_pushes {
+    pthread_mutex_t lock; /* the caller notes pushes it made in shared memory (agent_note_push) */
     size_t n;
     char *segment;         /* the push segment, or NULL: this rank pushes frames */
     size_t *offset, *size; /* each bucket's place in it */
@@ -131,6 +132,7 @@ static void agent_pushes_free(struct agent_pushes *p) {
         return;
     for (size_t b = 0; p->saved && p->framed && b < p->n; b++)
         agent_push_forget(p, b);
+    pthread_mutex_destroy(&p->lock);
     free(p->offset);
     free(p->size);
     free(p->env);
@@ -186,6 +188,8 @@ static void agent_forward_push(agent *a, uint32_t bucket, bool held) {
     if (framed && zmq_msg_recv(&payload, a->agent_pipe, 0) < 0)
         framed = false;
     struct agent_pushes *p = a->pushes;
+    if (p)
+        pthread_mutex_lock(&p->lock);
     if (p && bucket < p->n) {
         agent_push_forget(p, bucket);
         zmq_msg_init(&p->env[bucket]);
@@ -200,11 +204,13 @@ static void agent_forward_push(agent *a, uint32_t bucket, bool held) {
     if (held) {
         zmq_msg_close(&env);
         zmq_msg_close(&payload);
-        return;
+    } else {
+        agent_send_push(a, &env, framed ? &payload : NULL, bucket);
+        if (!framed)
+            zmq_msg_close(&payload);
     }
-    agent_send_push(a, &env, framed ? &payload : NULL, bucket);
-    if (!framed)
-        zmq_msg_close(&payload);
+    if (p)
+        pthread_mutex_unlock(&p->lock);
 }
 
 /* After a rejoin: every push that has no average yet goes again, to the new ddpd. */
@@ -212,6 +218,7 @@ static void agent_send_pushes_again(agent *a) {
     struct agent_pushes *p = a->pushes;
     if (!p)
         return;
+    pthread_mutex_lock(&p->lock);
     p->frames = true;
     for (size_t b = 0; b < p->n; b++) {
         if (!p->saved[b])
@@ -225,6 +232,7 @@ static void agent_send_pushes_again(agent *a) {
         }
         agent_send_push(a, &env, p->framed[b] ? &payload : NULL, (uint32_t)b);
     }
+    pthread_mutex_unlock(&p->lock);
 }
 
 /* ddp_interrupt(): a flag for the threads, and an eventfd that never empties, to wake
@@ -410,8 +418,8 @@ static void agent_read_control(agent *a, agent_view *v) {
             agent_event_free(ev); /* held: asked again once ddpd takes this member back */
             continue;
         }
-        if (env->type == DDP__MSG_TYPE__GRAD_AVG && a->pushes && env->grad_avg->bucket < a->pushes->n)
-            agent_push_forget(a->pushes, env->grad_avg->bucket); /* answered */
+        if (env->type == DDP__MSG_TYPE__GRAD_AVG)
+            agent_push_answered(a, env->grad_avg->bucket);
         if (a->has_pending && env->seq == a->pending_seq && env->type != DDP__MSG_TYPE__HEARTBEAT) {
             zmq_msg_close(&a->pending); /* answered */
             a->has_pending = false;
@@ -723,6 +731,44 @@ int agent_push(agent *a, const Ddp__Envelope *env, uint32_t bucket, const void *
     return agent_command_with(a, AGENT_PUSH, &bucket, sizeof(bucket), env, payload, bytes);
 }
 
+int agent_note_push(agent *a, const Ddp__Envelope *env, uint32_t bucket) {
+    struct agent_pushes *p = a->pushes;
+    if (!p || bucket >= p->n || !p->segment)
+        return -EINVAL;
+    zmq_msg_t frame;
+    TRY(wire_pack(env, &frame));
+    pthread_mutex_lock(&p->lock);
+    int r = p->frames ? -EAGAIN : 0;
+    if (r == 0) {
+        agent_push_forget(p, bucket);
+        zmq_msg_init(&p->env[bucket]);
+        zmq_msg_move(&p->env[bucket], &frame);
+        p->saved[bucket] = true;
+    }
+    pthread_mutex_unlock(&p->lock);
+    zmq_msg_close(&frame);
+    return r;
+}
+
+bool agent_pushes_framed(agent *a) {
+    struct agent_pushes *p = a->pushes;
+    if (!p)
+        return true;
+    pthread_mutex_lock(&p->lock);
+    bool frames = p->frames;
+    pthread_mutex_unlock(&p->lock);
+    return frames;
+}
+
+void agent_push_answered(agent *a, uint32_t bucket) {
+    struct agent_pushes *p = a->pushes;
+    if (!p || bucket >= p->n)
+        return;
+    pthread_mutex_lock(&p->lock);
+    agent_push_forget(p, bucket);
+    pthread_mutex_unlock(&p->lock);
+}
+
 int agent_set_ps(agent *a, size_t n_buckets, char *segment, const size_t *offsets, const size_t *sizes) {
     struct agent_pushes *p = calloc(1, sizeof(*p));
     if (!p || !(p->offset = calloc(n_buckets, sizeof(size_t))) || !(p->size = calloc(n_buckets, sizeof(size_t))) ||
@@ -731,6 +777,7 @@ int agent_set_ps(agent *a, size_t n_buckets, char *segment, const size_t *offset
         agent_pushes_free(p);
         return -ENOMEM;
     }
+    pthread_mutex_init(&p->lock, NULL);
     p->n = n_buckets;
     p->segment = segment;
     memcpy(p->offset, offsets, n_buckets * sizeof(size_t));

@@ -84,6 +84,14 @@ int agent_set_rejoin(agent *a, const Ddp__Envelope *rejoin);
 int agent_set_ps(agent *a, size_t n_buckets, char *segment, const size_t *offsets, const size_t *sizes);
 /* A push of bucket: env alone when its data is in the push segment, else with the payload. */
 int agent_push(agent *a, const Ddp__Envelope *env, uint32_t bucket, const void *payload, size_t bytes);
+/* A push the caller made itself, in the push segment with ddpd's doorbell (ps_client.c):
+ * kept like agent_push's, to go again (as a frame) to a ddpd that restarted before its
+ * average came. -EAGAIN when pushes go as frames since such a restart: agent_push it. */
+int agent_note_push(agent *a, const Ddp__Envelope *env, uint32_t bucket);
+/* Whether pushes go as frames (since ddpd restarted): their averages come as messages. */
+bool agent_pushes_framed(agent *a);
+/* Bucket's average came (in the average segment, or as a message): its push is forgotten. */
+void agent_push_answered(agent *a, uint32_t bucket);
 /* Sends env to ddpd through the agent, with one payload frame when bytes > 0. */
 int agent_send(agent *a, const Ddp__Envelope *env);
 /* The same for a request whose answer echoes env->seq: if ddpd restarts before it answers,

@@ -218,6 +218,8 @@ static void group_free(ddp_group *g) {
         munmap(g->ps_pushed, g->ps_bytes);
     if (g->ps_average)
         munmap(g->ps_average, g->ps_bytes);
+    if (g->ps_doorbell >= 0)
+        close(g->ps_doorbell);
     for (size_t i = 0; i < g->n_private_buffers; i++)
         free(g->private_buffers[i]);
     free(g->private_buffers);
@@ -344,6 +346,7 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         snprintf(init_error, sizeof(init_error), "out of memory");
         return -ENOMEM;
     }
+    g->ps_doorbell = -1;
     pthread_mutex_init(&g->queue_lock, NULL);
     pthread_cond_init(&g->queue_changed, NULL);
     snprintf(g->coordinator, sizeof(g->coordinator), "%s", s.coordinator);

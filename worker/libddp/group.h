@@ -46,7 +46,9 @@ struct ddp_group {
     char ps_socket[FD_SOCKET_NAME_BYTES]; /* where ddpd takes push segments (the Welcome's), or "" */
     char *ps_pushed, *ps_average;         /* this rank's push segment and ddpd's average one, mapped, or NULL */
     float *ps_average_copy; /* since ddpd restarted (its averages come as frames): where they go, or NULL */
-    size_t ps_bytes;        /* of each: every bucket's floats */
+    size_t ps_bytes;        /* of each segment (common/ps_segment.h) */
+    size_t ps_float_bytes;  /* every bucket's floats */
+    int ps_doorbell;        /* ddpd's eventfd, rung after a push in the segment; -1: none */
 
     /* The communication thread that runs async requests, in order, one at a time. */
     pthread_t comm_thread;

@@ -1,14 +1,10 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "worker/libddp/shm.h"
 
-#include <limits.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -56,17 +52,6 @@ shm_flag shm_ring_written(shm_ring b) {
 
 shm_flag shm_ring_consumed(shm_ring b) {
     return (shm_flag){&b.h->consumed, &b.h->consumed_word, &b.h->consumed_sleepers};
-}
-
-static long futex(_Atomic uint32_t *word, int op, uint32_t value, const struct timespec *timeout) {
-    return syscall(SYS_futex, (uint32_t *)word, op, value, timeout, NULL, 0);
-}
-
-void shm_flag_set(shm_flag f, uint64_t value) {
-    atomic_store(f.value, value); /* release: what it vouches for is visible first */
-    atomic_store(f.word, (uint32_t)value);
-    if (atomic_load(f.sleepers))
-        futex(f.word, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 static shm_flag posted(const shm_plane *s, int r) {
@@ -240,15 +225,6 @@ int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t targe
     }
     comm_report_waiting(c, -1, call, 0);
     return err;
-}
-
-void shm_flag_sleep(shm_flag f, uint64_t target, uint64_t ms) {
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
-    atomic_fetch_add(f.sleepers, 1);
-    uint32_t seen = atomic_load(f.word);
-    if (atomic_load(f.value) < target) /* no wake can be lost: the setter checks sleepers after */
-        futex(f.word, FUTEX_WAIT, seen, &ts);
-    atomic_fetch_sub(f.sleepers, 1);
 }
 
 bool shm_crowded(const shm_plane *s) {

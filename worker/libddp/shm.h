@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/shm_flag.h"
 #include "worker/libddp/comm.h"
 
 #define SHM_BUFFER_BYTES (4u << 20) /* a rank's staging buffer: a large collective goes in chunks of it */
@@ -26,13 +27,6 @@ void shm_close_plane(shm_plane *s);
 /* The staging buffer of rank r (this rank's is written, the others' only read). */
 char *shm_buffer(const shm_plane *s, int r);
 
-/* A counter in shared memory that one process raises and others wait on: the value, its
- * low half as a futex word, and how many sleep on it. */
-typedef struct {
-    _Atomic uint64_t *value;
-    _Atomic uint32_t *word, *sleepers;
-} shm_flag;
-
 /* The mailbox for messages from rank from to rank to, in from's segment (shm_layout.h):
  * its counters and the ring after them. written is the sender's flag, consumed the
  * receiver's. */
@@ -44,15 +38,10 @@ typedef struct {
 shm_ring shm_mailbox_ring(const shm_plane *s, int from, int to);
 shm_flag shm_ring_written(shm_ring b);
 shm_flag shm_ring_consumed(shm_ring b);
-/* Raises f to value (release), waking its sleepers. */
-void shm_flag_set(shm_flag f, uint64_t value);
 /* Waits until f reaches target, as rank r sets it for call: spins a little, then sleeps
  * on its futex in slices; ends with an error naming r at the job's end, r's leaving or
  * the call's deadline. */
 int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t target, const comm_call *call);
-/* Sleeps on f's futex for at most ms, unless it has reached target (a wake, a signal or
- * a spurious return end it sooner). For waits that do more than shm_flag_wait. */
-void shm_flag_sleep(shm_flag f, uint64_t target, uint64_t ms);
 /* Whether this host has fewer CPUs for the job than ranks on it: a spinning waiter yields. */
 bool shm_crowded(const shm_plane *s);
 

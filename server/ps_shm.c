@@ -95,7 +95,8 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
         r = -EPROTO;
     } else if ((r = shm_segment_map(fd, p->bytes, &mapped, why, sizeof(why))) < 0) {
         snprintf(err, err_size, "rank %d's push segment is refused: %s", (int)rank, why);
-    } else if ((r = fd_socket_send(sock, p->average_fd, rank)) < 0 || (r = fd_socket_send(sock, p->doorbell, rank)) < 0) {
+    } else if ((r = fd_socket_send(sock, p->average_fd, rank)) < 0 ||
+               (r = fd_socket_send(sock, p->doorbell, rank)) < 0) {
         snprintf(err, err_size, "handing rank %d the average segment and doorbell: %s", (int)rank, error_string(r));
         munmap(mapped, p->bytes);
     } else {

@@ -22,10 +22,10 @@ typedef struct {
     size_t bytes;       /* of each segment: ps_segment_bytes(float_bytes, n_buckets) */
     size_t float_bytes; /* the layout's floats */
     size_t n_buckets;
-    int average_fd; /* handed to each rank, then closed */
-    int doorbell;   /* an eventfd, handed to each rank; rung after a push */
-    char *average;  /* mapped */
-    char **pushed;  /* (world) each rank's push segment once handed over, else NULL */
+    int average_fd;   /* handed to each rank, then closed */
+    int doorbell;     /* an eventfd, handed to each rank; rung after a push */
+    char *average;    /* mapped */
+    char **pushed;    /* (world) each rank's push segment once handed over, else NULL */
     bool *by_message; /* (world) the rank pushed by message since (it rejoined): it hears of averages so too */
     uint32_t world, n_handed;
 } ps_shm;

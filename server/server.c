@@ -708,8 +708,8 @@ static void server_on_store(server *s, const wire_msg *msg) {
  * when it shares memory with ddpd, else as a frame. A push that does not fit aborts the
  * job (the ranks that pushed would wait for an average that never comes; -ECONNABORTED:
  * j is gone); msg, when the push came as one, is told why too. */
-static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step, uint32_t bucket,
-                           zmq_msg_t *payload, const wire_msg *msg) {
+static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step, uint32_t bucket, zmq_msg_t *payload,
+                          const wire_msg *msg) {
     char err[DDP_MAX_REASON];
     int r;
     if (!payload && !j->shm.pushed[m->rank]) {
@@ -776,7 +776,7 @@ static void server_on_doorbell(server *s, job *j) {
             const ps_bucket *bk = &j->ps.buckets[b];
             uint64_t pushed = ps_shm_pushed(&j->shm, (uint32_t)m->rank, b);
             if (pushed <= bk->step || (pushed == bk->step + 1 && bk->arrived[m->rank]))
-                continue; /* taken already, or not pushed yet */
+                continue;                                               /* taken already, or not pushed yet */
             if (server_ps_take(s, j, m, pushed - 1, b, NULL, NULL) < 0) /* a step ahead is refused there */
                 return;                                                 /* j is gone */
         }

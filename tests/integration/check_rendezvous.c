@@ -518,8 +518,8 @@ START_TEST(test_store) {
 END_TEST
 
 /* A job in ps mode: ddpd averages pushes in rank order and refuses any that do not fit. */
-static void *ps_member_as(void *ctx, const char *endpoint, const char *job, int rank, const uint64_t *layout,
-                          size_t n, uint32_t pid) {
+static void *ps_member_as(void *ctx, const char *endpoint, const char *job, int rank, const uint64_t *layout, size_t n,
+                          uint32_t pid) {
     void *s = raw_connect(ctx, endpoint);
     Ddp__Join join = DDP__JOIN__INIT;
     join.world_size = 2;

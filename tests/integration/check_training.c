@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* memfd_create */
 #include <cJSON.h>
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -181,12 +182,33 @@ static bool find_abstract_socket(const char *prefix, char *name, size_t size) {
     return found;
 }
 
+/* Descriptors of pid that are eventfds (ZeroMQ's own signals are among them). */
+static int eventfds(pid_t pid) {
+    char path[64], link[320], target[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    ck_assert_msg(d, "%s: cannot read it", path);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+        ssize_t len = readlink(link, target, sizeof(target) - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            n += strcmp(target, "anon_inode:[eventfd]") == 0;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
 /* ps on one host: a rank hands ddpd its push segment and maps ddpd's average segment; a
  * rank on DDP_TRANSPORT=zmq keeps pushing frames, in the same job. A process that is not
- * the rank it claims to be gets nothing from ddpd's socket, and the job goes on. */
+ * the rank it claims to be gets nothing from ddpd's socket, and the job goes on. Once the
+ * job ends, ddpd maps none of its segments and holds no doorbell. */
 START_TEST(test_ps_shared_memory) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
+    int idle_eventfds = eventfds(d.p.pid);
     proc ranks[2];
     for (int r = 0; r < 2; r++) {
         const char *argv[] = {"/usr/bin/env",
@@ -209,6 +231,7 @@ START_TEST(test_ps_shared_memory) {
     ck_assert_msg(maps_segment(ranks[0].pid, "ddp-ps-push") && maps_segment(ranks[0].pid, "ddpd-average"),
                   "rank 0 does not share memory with ddpd");
     ck_assert_msg(!maps_segment(ranks[1].pid, "ddpd-average"), "rank 1 (DDP_TRANSPORT=zmq) maps ddpd's segment");
+    ck_assert_int_eq(eventfds(d.p.pid), idle_eventfds + 1); /* the job's doorbell */
 
     /* rank 1 never handed over: ddpd still listens; this process claims to be rank 1 */
     char name[FD_SOCKET_NAME_BYTES];
@@ -228,6 +251,12 @@ START_TEST(test_ps_shared_memory) {
         ck_assert_int_eq(proc_wait(&ranks[r], WAIT_MS), 143);
         proc_close(&ranks[r]);
     }
+    uint64_t deadline = clock_now_ms() + WAIT_MS; /* ddpd ends the job when it hears the ranks left */
+    while ((maps_segment(d.p.pid, "ddpd-average") || eventfds(d.p.pid) != idle_eventfds) && clock_now_ms() < deadline)
+        usleep(20000);
+    ck_assert_msg(!maps_segment(d.p.pid, "ddpd-average") && !maps_segment(d.p.pid, "ddp-ps-push"),
+                  "ddpd still maps the ended job's segments");
+    ck_assert_int_eq(eventfds(d.p.pid), idle_eventfds);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 END_TEST

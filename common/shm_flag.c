@@ -10,11 +10,8 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t value, const struct t
     return syscall(SYS_futex, (uint32_t *)word, op, value, timeout, NULL, 0);
 }
 
-void shm_flag_set(shm_flag f, uint64_t value) {
-    atomic_store(f.value, value); /* release: what it vouches for is visible first */
-    atomic_store(f.word, (uint32_t)value);
-    if (atomic_load(f.sleepers))
-        futex(f.word, FUTEX_WAKE, INT_MAX, NULL);
+void shm_flag_wake(shm_flag f) {
+    futex(f.word, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 void shm_flag_sleep(shm_flag f, uint64_t target, uint64_t ms) {

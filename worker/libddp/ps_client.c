@@ -19,8 +19,8 @@
 #include "common/shm_segment.h"
 #include "worker/libddp/group.h"
 
-#define PS_SLEEP_MS 20 /* each sleep on the average's counter, at most: a message or the job's end is seen this soon   \
-                        */
+/* each sleep on an average's counter, at most: a message or the job's end is seen this soon */
+#define PS_SLEEP_MS 20
 
 /* Where bucket starts in the segments: the layout, in order. */
 static size_t ps_offset(const ddp_group *g, int bucket) {

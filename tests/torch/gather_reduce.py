@@ -27,7 +27,9 @@ def all_reduce(rank, size):
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     expected = [sum(2 * r for r in range(size)), sum(2 * r + 1 for r in range(size))]
     assert tensor.tolist() == expected, tensor
-    print('Rank ', rank, ' has ', tensor.tolist())
+    # the tutorial's line, written in one piece: under torchrun the ranks share one stdout,
+    # and an unbuffered print of several arguments writes each apart (they interleave)
+    print('Rank  %d  has  %s' % (rank, tensor.tolist()))
 
 
 if __name__ == "__main__":

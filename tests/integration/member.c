@@ -19,17 +19,23 @@
  * rank 1 says "received V from rank 0", then what its data plane turned away ("refused C
  * connections and F frames: LAST"), so a test can try to slip its own frame in first.
  * --keep-key 1: rank 0 sets "kept" once the job forms; after the barriers every rank gets it
- * ("kept: 'V'"), so a test can restart ddpd in between and see the store come back. */
+ * ("kept: 'V'"), so a test can restart ddpd in between and see the store come back.
+ * --ps N: the job is in mode ps with one bucket of 4 floats; N steps, rank r pushing
+ *   (r + 1) * (step + 1) each: "ps pushed K", then "ps pulled K: A" (A the average).
+ * --ps-hold PATH: rank 0 waits between its push and its pull of step 0 until PATH exists
+ *   (at most 60 s), so a test can restart ddpd while rank 0 is one step behind. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ddp/ddp.h"
 
 int main(int argc, char **argv) {
     int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0, recv_late_ms = 0,
-        keep_key = 0;
+        keep_key = 0, ps = 0;
+    const char *ps_hold = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
@@ -49,11 +55,22 @@ int main(int argc, char **argv) {
             recv_late_ms = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--keep-key") == 0)
             keep_key = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--ps") == 0)
+            ps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--ps-hold") == 0)
+            ps_hold = argv[i + 1];
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     ddp_group *g = NULL;
-    int r = ddp_init(NULL, &g);
+    ddp_options opts = DDP_OPTIONS_INIT;
+    const unsigned long long ps_bucket[] = {4};
+    if (ps) {
+        opts.mode = "ps";
+        opts.ps_buckets = ps_bucket;
+        opts.n_ps_buckets = 1;
+    }
+    int r = ddp_init(&opts, &g);
     if (r < 0) {
         printf("init failed: %d (%s): %s\n", r, ddp_strerror(r), ddp_last_error(NULL));
         return 2;
@@ -92,6 +109,24 @@ int main(int argc, char **argv) {
             return 3;
         }
         printf("barrier %d ok\n", k);
+    }
+    for (int k = 0; k < ps; k++) {
+        float grads[4], avg[4];
+        for (int i = 0; i < 4; i++)
+            grads[i] = (float)((ddp_rank(g) + 1) * (k + 1));
+        if ((r = ddp_ps_push(g, 0, grads)) < 0) {
+            printf("ps push %d failed: %d: %s\n", k, r, ddp_last_error(g));
+            return 3;
+        }
+        printf("ps pushed %d\n", k);
+        struct stat st;
+        for (int i = 0; k == 0 && ps_hold && ddp_rank(g) == 0 && i < 6000 && stat(ps_hold, &st) < 0; i++)
+            usleep(10 * 1000);
+        if ((r = ddp_ps_pull(g, 0, avg)) < 0) {
+            printf("ps pull %d failed: %d: %s\n", k, r, ddp_last_error(g));
+            return 3;
+        }
+        printf("ps pulled %d: %g\n", k, avg[0]);
     }
     if (late_ms) {
         double waited = -1;

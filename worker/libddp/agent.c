@@ -17,7 +17,7 @@
 #define AGENT_FORWARD 'F'
 #define AGENT_QUIT 'Q'
 #define AGENT_REQUEST 'R' /* forward, and remember until answered: [R, seq] */
-#define AGENT_PUSH 'P'    /* a ps push, remembered until its average comes: [P, bucket] */
+#define AGENT_PUSH 'P'    /* a ps push, remembered until its average comes: [P, bucket, step] */
 
 struct agent_pushes {
     pthread_mutex_t lock; /* the caller notes pushes it made in shared memory (agent_note_push) */
@@ -25,6 +25,7 @@ struct agent_pushes {
     char *segment;         /* the push segment, or NULL: this rank pushes frames */
     size_t *offset, *size; /* each bucket's place in it */
     zmq_msg_t *env, *payload;
+    uint64_t *step;       /* the saved push's */
     bool *saved, *framed; /* a push of the bucket awaits its average; it came with a payload */
     bool frames;          /* since a rejoin: the new ddpd holds no segment, every push is a frame */
 };
@@ -137,6 +138,7 @@ static void agent_pushes_free(struct agent_pushes *p) {
     free(p->size);
     free(p->env);
     free(p->payload);
+    free(p->step);
     free(p->saved);
     free(p->framed);
     free(p);
@@ -176,7 +178,7 @@ static void agent_send_push(agent *a, zmq_msg_t *env, zmq_msg_t *payload, uint32
 
 /* A push from the caller: kept until its average comes, sent unless ddpd is away (held):
  * then it goes to the next ddpd once that has taken this member back. */
-static void agent_forward_push(agent *a, uint32_t bucket, bool held) {
+static void agent_forward_push(agent *a, uint32_t bucket, uint64_t step, bool held) {
     zmq_msg_t env, payload;
     zmq_msg_init(&env);
     zmq_msg_init(&payload);
@@ -198,6 +200,7 @@ static void agent_forward_push(agent *a, uint32_t bucket, bool held) {
             zmq_msg_init(&p->payload[bucket]);
             zmq_msg_copy(&p->payload[bucket], &payload);
         }
+        p->step[bucket] = step;
         p->saved[bucket] = true;
         p->framed[bucket] = framed;
     }
@@ -419,7 +422,7 @@ static void agent_read_control(agent *a, agent_view *v) {
             continue;
         }
         if (env->type == DDP__MSG_TYPE__GRAD_AVG)
-            agent_push_answered(a, env->grad_avg->bucket);
+            agent_push_answered(a, env->grad_avg->bucket, env->grad_avg->step);
         if (a->has_pending && env->seq == a->pending_seq && env->type != DDP__MSG_TYPE__HEARTBEAT) {
             zmq_msg_close(&a->pending); /* answered */
             a->has_pending = false;
@@ -508,11 +511,13 @@ static bool agent_on_command(agent *a, const agent_view *v) {
     uint32_t bucket = UINT32_MAX;
     if (kind == AGENT_REQUEST && zmq_msg_size(&cmd) == 1 + sizeof(seq))
         memcpy(&seq, (const char *)zmq_msg_data(&cmd) + 1, sizeof(seq));
-    if (kind == AGENT_PUSH && zmq_msg_size(&cmd) == 1 + sizeof(bucket))
+    if (kind == AGENT_PUSH && zmq_msg_size(&cmd) == 1 + sizeof(bucket) + sizeof(seq)) {
         memcpy(&bucket, (const char *)zmq_msg_data(&cmd) + 1, sizeof(bucket));
+        memcpy(&seq, (const char *)zmq_msg_data(&cmd) + 1 + sizeof(bucket), sizeof(seq)); /* the push's step */
+    }
     zmq_msg_close(&cmd);
     if (kind == AGENT_PUSH)
-        agent_forward_push(a, bucket, v->rejoin_since != 0);
+        agent_forward_push(a, bucket, seq, v->rejoin_since != 0);
     else
         agent_forward(a, kind == AGENT_REQUEST, seq, v->rejoin_since != 0);
     return kind == AGENT_QUIT;
@@ -695,8 +700,8 @@ static int agent_command_with(agent *a, char cmd, const void *named, size_t name
     zmq_msg_t frame;
     if (env)
         TRY(wire_pack(env, &frame));
-    char head[1 + sizeof(uint64_t)] = {cmd};
-    size_t head_size = 1 + (named_size <= sizeof(uint64_t) ? named_size : 0);
+    char head[1 + 2 * sizeof(uint64_t)] = {cmd}; /* a request's seq; a push's bucket and step */
+    size_t head_size = 1 + (named_size < sizeof(head) ? named_size : 0);
     if (head_size > 1)
         memcpy(head + 1, named, head_size - 1);
     if (zmq_send(a->pipe, head, head_size, (env ? ZMQ_SNDMORE : 0) | dontwait) < 0) {
@@ -728,7 +733,10 @@ int agent_request(agent *a, const Ddp__Envelope *env) {
 }
 
 int agent_push(agent *a, const Ddp__Envelope *env, uint32_t bucket, const void *payload, size_t bytes) {
-    return agent_command_with(a, AGENT_PUSH, &bucket, sizeof(bucket), env, payload, bytes);
+    char named[sizeof(bucket) + sizeof(uint64_t)];
+    memcpy(named, &bucket, sizeof(bucket));
+    memcpy(named + sizeof(bucket), &env->grad_push->step, sizeof(uint64_t));
+    return agent_command_with(a, AGENT_PUSH, named, sizeof(named), env, payload, bytes);
 }
 
 int agent_note_push(agent *a, const Ddp__Envelope *env, uint32_t bucket) {
@@ -743,6 +751,7 @@ int agent_note_push(agent *a, const Ddp__Envelope *env, uint32_t bucket) {
         agent_push_forget(p, bucket);
         zmq_msg_init(&p->env[bucket]);
         zmq_msg_move(&p->env[bucket], &frame);
+        p->step[bucket] = env->grad_push->step;
         p->saved[bucket] = true;
     }
     pthread_mutex_unlock(&p->lock);
@@ -760,12 +769,13 @@ bool agent_pushes_framed(agent *a) {
     return frames;
 }
 
-void agent_push_answered(agent *a, uint32_t bucket) {
+void agent_push_answered(agent *a, uint32_t bucket, uint64_t step) {
     struct agent_pushes *p = a->pushes;
     if (!p || bucket >= p->n)
         return;
     pthread_mutex_lock(&p->lock);
-    agent_push_forget(p, bucket);
+    if (p->saved[bucket] && p->step[bucket] <= step) /* not a later push: an average it missed can come late */
+        agent_push_forget(p, bucket);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -773,7 +783,8 @@ int agent_set_ps(agent *a, size_t n_buckets, char *segment, const size_t *offset
     struct agent_pushes *p = calloc(1, sizeof(*p));
     if (!p || !(p->offset = calloc(n_buckets, sizeof(size_t))) || !(p->size = calloc(n_buckets, sizeof(size_t))) ||
         !(p->env = calloc(n_buckets, sizeof(zmq_msg_t))) || !(p->payload = calloc(n_buckets, sizeof(zmq_msg_t))) ||
-        !(p->saved = calloc(n_buckets, sizeof(bool))) || !(p->framed = calloc(n_buckets, sizeof(bool)))) {
+        !(p->step = calloc(n_buckets, sizeof(uint64_t))) || !(p->saved = calloc(n_buckets, sizeof(bool))) ||
+        !(p->framed = calloc(n_buckets, sizeof(bool)))) {
         agent_pushes_free(p);
         return -ENOMEM;
     }

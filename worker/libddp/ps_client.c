@@ -252,7 +252,7 @@ DDP_EXPORT int ddp_ps_pull(ddp_group *g, int bucket, float *ret_average) {
         if (ret_average)
             memcpy(ret_average, from, bytes);
         if (!avg)
-            agent_push_answered(&g->agent, (uint32_t)bucket);
+            agent_push_answered(&g->agent, (uint32_t)bucket, step);
         g->ps_pull_step[bucket]++;
         comm_count_ddpd(&g->comm, 0, bytes);
         group_update_rejoin(g);

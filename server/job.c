@@ -119,7 +119,7 @@ int job_recover(job *j, uint64_t generation, uint64_t barrier_round, const uint6
     return 0;
 }
 
-int job_ps_resolve(job *j, bool *behind, char *reason, size_t reason_size) {
+int job_ps_resolve(job *j, char *reason, size_t reason_size) {
     for (size_t b = 0; b < j->ps.n_buckets; b++) {
         uint64_t ahead = 0;
         for (size_t i = 0; i < j->n_members; i++)
@@ -127,7 +127,6 @@ int job_ps_resolve(job *j, bool *behind, char *reason, size_t reason_size) {
         for (size_t i = 0; i < j->n_members; i++) {
             const job_member *m = &j->members[i];
             uint64_t at = m->ps_steps ? m->ps_steps[b] : ahead;
-            behind[(size_t)m->rank * j->ps.n_buckets + b] = at < ahead;
             if (at + 1 < ahead || (at < ahead && !m->ps_shared)) {
                 snprintf(reason, reason_size,
                          "bucket %zu: rank %d is at step %llu, another at step %llu: the average between went with "

@@ -11,10 +11,10 @@
 
 #include "common/curve_keys.h"
 #include "common/limits.h"
+#include "common/store.h"
 #include "common/wire.h"
 #include "server/ps.h"
 #include "server/ps_shm.h"
-#include "common/store.h"
 #include "server/store_waits.h"
 
 typedef enum { JOB_FORMING, JOB_RUNNING } job_state;
@@ -88,12 +88,12 @@ int job_check_rejoin(const job *j, uint64_t generation, uint32_t world_size, con
 /* Makes a new job (its first member rejoining) the running job it was: generation, barriers
  * done, and in ps mode its buckets at the steps the member is at. */
 int job_recover(job *j, uint64_t generation, uint64_t barrier_round, const uint64_t *ps_steps, size_t n_ps_steps);
-/* Once every rank is back: where each ps bucket is. A rank may be one step behind the
- * others (the ddpd that went away sent the average to them and not to it): with the old
- * segment still mapped it reads it there, so behind[rank * n_buckets + bucket] says whom
- * to tell. Further apart, or one behind without the segment, the average is lost: -ESTALE
- * with reason. */
-int job_ps_resolve(job *j, bool *behind, char *reason, size_t reason_size);
+/* Once every rank is back: where each ps bucket is, the furthest step a rank says. A rank
+ * that shared memory with the ddpd that went away says the step after the last average
+ * written in its segment, and reads that average there if it has not yet. One behind
+ * without the segment (the average went to the others as a message and not to it), or
+ * further apart, the average is lost: -ESTALE with reason. */
+int job_ps_resolve(job *j, char *reason, size_t reason_size);
 /* Every rank is back: members in rank order again, the job no longer recovering. */
 void job_recovered(job *j);
 int job_add_member(job *j, const job_member *m);

@@ -341,37 +341,13 @@ static bool server_is_member(server *s, const uint8_t *identity, size_t identity
 
 /* ---- requests --------------------------------------------------------------------- */
 
-/* Every rank is back after ddpd restarted: settles the ps buckets (a rank one step behind
- * the others reads the average it missed in the old ddpd's segment, which it still maps:
- * it is told so), then tells every rank that it is back, with a heartbeat. */
+/* Every rank is back after ddpd restarted: settles the ps buckets, then tells every rank
+ * that it is back, with a heartbeat. */
 static void server_finish_recovery(server *s, job *j) {
-    if (j->n_ps_layout) {
-        char reason[DDP_MAX_REASON];
-        size_t n = j->ps.n_buckets;
-        bool *behind = calloc((size_t)j->world_size * n, sizeof(bool));
-        int r = behind ? job_ps_resolve(j, behind, reason, sizeof(reason)) : -ENOMEM;
-        if (r < 0) {
-            free(behind);
-            server_abort_job(s, j, -1, -ECONNABORTED, r == -ENOMEM ? "ddpd is out of memory" : reason);
-            return;
-        }
-        for (size_t i = 0; i < j->n_members; i++)
-            for (size_t b = 0; b < n; b++) {
-                if (!behind[(size_t)j->members[i].rank * n + b])
-                    continue;
-                Ddp__GradAvg body = DDP__GRAD_AVG__INIT;
-                body.step = j->ps.buckets[b].step - 1;
-                body.bucket = (uint32_t)b;
-                body.shared = true;
-                Ddp__Envelope env;
-                wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
-                env.grad_avg = &body;
-                server_send(s, j->members[i].identity, j->members[i].identity_size, &env);
-                log_info(
-                    "job '%s': rank %d missed the average of bucket %zu, step %llu: it reads it in the old segment",
-                    j->name, j->members[i].rank, b, (unsigned long long)body.step);
-            }
-        free(behind);
+    char reason[DDP_MAX_REASON];
+    if (j->n_ps_layout && job_ps_resolve(j, reason, sizeof(reason)) < 0) {
+        server_abort_job(s, j, -1, -ECONNABORTED, reason);
+        return;
     }
     job_recovered(j);
     server_send_heartbeats(s, j, NULL, false);

@@ -357,39 +357,50 @@ START_TEST(test_ddpd_restart) {
 }
 END_TEST
 
-/* ps through a ddpd restart with a rank one step behind: rank 0 pushed step 0 and has not
- * pulled it when ddpd stops (rank 1 has, and pushed step 1); rank 0 rejoins saying so, then
- * pulls step 0 from the old segment and pushes step 1 before the job recovers (rank 1 is
- * stopped till then). The average of step 0 that the new ddpd tells rank 0 it missed comes
- * after that push, which must still go to the new ddpd. */
+/* ps through a ddpd restart while ranks are one step behind: they pushed step 0 and have
+ * not pulled it when ddpd stops, though ddpd wrote its average in the segment. They rejoin
+ * at step 1 (what the segment says, not what they pulled), pull step 0 there and push
+ * step 1 to the new ddpd, which averages it.
+ * Case 0: rank 1 has pulled step 0 and pushed step 1; rank 0 pushes step 1 before the job
+ * recovers (rank 1 is stopped till then), so the push goes again after it.
+ * Case 1: no rank has pulled step 0. */
 START_TEST(test_ps_restart_behind) {
-    char dir[64], listen[128], hold[96], line[512];
+    char dir[64], listen[128], hold[96], holders[16], line[512];
     snprintf(dir, sizeof(dir), "/tmp/ddp-ps-behind-%d", (int)getpid());
     snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", dir);
     snprintf(hold, sizeof(hold), "%s/hold", dir);
+    snprintf(holders, sizeof(holders), "%d", _i + 1);
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     const char *flags[] = {"--listen", listen, NULL};
     ddpd_proc d;
     ddpd_start(&d, flags);
-    const char *args[] = {"/usr/bin/env", "DDP_TIMEOUT_MS=10000", MEMBER_PATH, "--ps", "3", "--ps-hold", hold, NULL};
+    const char *args[] = {"/usr/bin/env", "DDP_TIMEOUT_MS=10000", MEMBER_PATH, "--ps", "3", "--ps-hold",
+                          hold,           "--ps-holders",         holders,     NULL};
     proc m[2];
     for (int r = 0; r < 2; r++)
         rank_start(&m[r], &d, 2, r, "behind", args);
-    ck_assert_msg(proc_expect(&m[1], "ps pushed 1", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[1]));
-    proc_signal(&m[1], SIGSTOP);
+    ck_assert_msg(proc_expect(&m[0], "ps average 0 in the segment", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[0]));
+    if (_i == 0) {
+        ck_assert_msg(proc_expect(&m[1], "ps pushed 1", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[1]));
+        proc_signal(&m[1], SIGSTOP);
+    }
     ck_assert_int_eq(ddpd_stop(&d), 0);
     ddpd_start(&d, flags);
-    ck_assert_msg(proc_expect(&d.p, "rank 0 rejoins after ddpd restarted", WAIT_MS, NULL, 0), "%s",
-                  proc_output_tail(&d.p));
+    /* case 0: rank 0 is back (first: rank 1 is stopped); case 1: both are */
+    ck_assert_msg(proc_expect(&d.p, _i == 0 ? "rank 0 rejoins after ddpd restarted" : "recovered: every rank is back",
+                              WAIT_MS, NULL, 0),
+                  "%s", proc_output_tail(&d.p));
     int fd = open(hold, O_CREAT | O_WRONLY, 0600);
     ck_assert_int_ge(fd, 0);
     close(fd);
-    ck_assert_msg(proc_expect(&m[0], "ps pushed 1", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[0]));
-    ck_assert_msg(!strstr(proc_output(&d.p), "recovered"), "the job recovered before rank 0 pushed: %s",
-                  proc_output_tail(&d.p));
-    proc_signal(&m[1], SIGCONT);
-    ck_assert_msg(proc_expect(&d.p, "rank 0 missed the average of bucket 0, step 0", WAIT_MS, NULL, 0), "%s",
-                  proc_output_tail(&d.p));
+    if (_i == 0) {
+        ck_assert_msg(proc_expect(&m[0], "ps pushed 1", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[0]));
+        ck_assert_msg(!strstr(proc_output(&d.p), "recovered"), "the job recovered before rank 0 pushed: %s",
+                      proc_output_tail(&d.p));
+        proc_signal(&m[1], SIGCONT);
+        ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, NULL, 0), "%s",
+                      proc_output_tail(&d.p));
+    }
     for (int r = 0; r < 2; r++) {
         ck_assert_msg(proc_expect(&m[r], "ps pulled 2:", WAIT_MS, line, sizeof(line)), "rank %d: %s", r,
                       proc_output_tail(&m[r]));
@@ -1149,7 +1160,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_garbage_flood);
     tcase_add_test(tc, test_status_table_and_json);
     tcase_add_test(tc, test_ddpd_restart);
-    tcase_add_test(tc, test_ps_restart_behind);
+    tcase_add_loop_test(tc, test_ps_restart_behind, 0, 2);
     tcase_add_test(tc, test_no_coordinator);
     tcase_add_test(tc, test_join_timeout);
     tcase_add_test(tc, test_bad_environment);

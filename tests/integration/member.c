@@ -22,8 +22,11 @@
  * ("kept: 'V'"), so a test can restart ddpd in between and see the store come back.
  * --ps N: the job is in mode ps with one bucket of 4 floats; N steps, rank r pushing
  *   (r + 1) * (step + 1) each: "ps pushed K", then "ps pulled K: A" (A the average).
- * --ps-hold PATH: rank 0 waits between its push and its pull of step 0 until PATH exists
- *   (at most 60 s), so a test can restart ddpd while rank 0 is one step behind. */
+ * --ps-hold PATH: the ranks below --ps-holders H (default 1) wait between their push and
+ *   their pull of step 0 until PATH exists (at most 60 s), so that a test can restart ddpd
+ *   while they are one step behind; each says "ps average 0 in the segment" once ddpd
+ *   wrote it in the segment it shares. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +37,7 @@
 
 int main(int argc, char **argv) {
     int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0, recv_late_ms = 0,
-        keep_key = 0, ps = 0;
+        keep_key = 0, ps = 0, ps_holders = 1;
     const char *ps_hold = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
@@ -59,6 +62,8 @@ int main(int argc, char **argv) {
             ps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--ps-hold") == 0)
             ps_hold = argv[i + 1];
+        else if (strcmp(argv[i], "--ps-holders") == 0)
+            ps_holders = atoi(argv[i + 1]);
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -120,8 +125,15 @@ int main(int argc, char **argv) {
         }
         printf("ps pushed %d\n", k);
         struct stat st;
-        for (int i = 0; k == 0 && ps_hold && ddp_rank(g) == 0 && i < 6000 && stat(ps_hold, &st) < 0; i++)
+        bool seen = false;
+        for (int i = 0; k == 0 && ps_hold && ddp_rank(g) < ps_holders && i < 6000 && stat(ps_hold, &st) < 0; i++) {
+            const volatile float *in_segment = ddp_ps_average(g, 0); /* written by ddpd: read as it changes */
+            if (!seen && in_segment && in_segment[0] != 0) {
+                printf("ps average 0 in the segment\n");
+                seen = true;
+            }
             usleep(10 * 1000);
+        }
         if ((r = ddp_ps_pull(g, 0, avg)) < 0) {
             printf("ps pull %d failed: %d: %s\n", k, r, ddp_last_error(g));
             return 3;

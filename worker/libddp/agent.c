@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/limits.h"
 #include "common/process_state.h"
+#include "common/ps_segment.h"
 
 #define AGENT_FORWARD 'F'
 #define AGENT_QUIT 'Q'
@@ -28,7 +29,14 @@ struct agent_pushes {
     uint64_t *step;       /* the saved push's */
     bool *saved, *framed; /* a push of the bucket awaits its average; it came with a payload */
     bool frames;          /* since a rejoin: the new ddpd holds no segment, every push is a frame */
+    char *average;        /* ddpd's average segment, or NULL; its counters are final once that ddpd is gone */
+    size_t float_bytes;
 };
+
+/* How many averages of bucket the ddpd that shared its segment wrote there. */
+static uint64_t agent_averaged(const struct agent_pushes *p, size_t bucket) {
+    return atomic_load_explicit(ps_segment_counter(p->average, p->float_bytes, bucket).value, memory_order_acquire);
+}
 #define AGENT_LEAVE_LINGER_MS 2000 /* how long a Leave may take to go out at exit */
 
 static void agent_post(agent *a, agent_event *ev) {
@@ -224,6 +232,8 @@ static void agent_send_pushes_again(agent *a) {
     pthread_mutex_lock(&p->lock);
     p->frames = true;
     for (size_t b = 0; b < p->n; b++) {
+        if (p->saved[b] && p->average && p->step[b] < agent_averaged(p, b))
+            agent_push_forget(p, b); /* averaged by the ddpd that went away: the rank reads it in its segment */
         if (!p->saved[b])
             continue;
         zmq_msg_t env, payload;
@@ -333,6 +343,32 @@ static bool agent_begin_rejoin(agent *a, agent_view *v, uint64_t now, const char
     return true;
 }
 
+/* ps, sharing memory with the ddpd that went away: each bucket is at the step after the
+ * last average that ddpd wrote in its segment, which is final by now. The rejoin's own
+ * steps (what the rank had pulled when it packed it) may be one behind: the rank reads
+ * that average in the segment, before or after the new ddpd takes it back. */
+static void agent_rejoin_steps(agent *a, zmq_msg_t *frame) {
+    struct agent_pushes *p = a->pushes;
+    if (!p || !p->average)
+        return;
+    Ddp__Envelope *e = ddp__envelope__unpack(NULL, zmq_msg_size(frame), zmq_msg_data(frame));
+    zmq_msg_t repacked;
+    if (e && e->join && e->join->n_ps_steps == p->n) {
+        for (size_t b = 0; b < p->n; b++) {
+            uint64_t averaged = agent_averaged(p, b);
+            if (e->join->ps_steps[b] < averaged)
+                e->join->ps_steps[b] = averaged;
+        }
+        if (wire_pack(e, &repacked) == 0) {
+            zmq_msg_close(frame);
+            zmq_msg_init(frame);
+            zmq_msg_move(frame, &repacked);
+        }
+    }
+    if (e)
+        ddp__envelope__free_unpacked(e, NULL);
+}
+
 static void agent_send_rejoin(agent *a) {
     zmq_msg_t frame;
     pthread_mutex_lock(&a->progress_lock);
@@ -340,6 +376,8 @@ static void agent_send_rejoin(agent *a) {
     if (r == 0)
         memcpy(zmq_msg_data(&frame), a->rejoin, a->rejoin_size);
     pthread_mutex_unlock(&a->progress_lock);
+    if (r == 0)
+        agent_rejoin_steps(a, &frame);
     if (r == 0 && zmq_msg_send(&frame, a->control, ZMQ_DONTWAIT) < 0)
         zmq_msg_close(&frame); /* the next try will do */
 }
@@ -779,7 +817,7 @@ void agent_push_answered(agent *a, uint32_t bucket, uint64_t step) {
     pthread_mutex_unlock(&p->lock);
 }
 
-int agent_set_ps(agent *a, size_t n_buckets, char *segment, const size_t *offsets, const size_t *sizes) {
+int agent_set_ps(agent *a, size_t n_buckets, char *segment, char *average, const size_t *offsets, const size_t *sizes) {
     struct agent_pushes *p = calloc(1, sizeof(*p));
     if (!p || !(p->offset = calloc(n_buckets, sizeof(size_t))) || !(p->size = calloc(n_buckets, sizeof(size_t))) ||
         !(p->env = calloc(n_buckets, sizeof(zmq_msg_t))) || !(p->payload = calloc(n_buckets, sizeof(zmq_msg_t))) ||
@@ -791,8 +829,11 @@ int agent_set_ps(agent *a, size_t n_buckets, char *segment, const size_t *offset
     pthread_mutex_init(&p->lock, NULL);
     p->n = n_buckets;
     p->segment = segment;
+    p->average = average;
     memcpy(p->offset, offsets, n_buckets * sizeof(size_t));
     memcpy(p->size, sizes, n_buckets * sizeof(size_t));
+    for (size_t b = 0; b < n_buckets; b++)
+        p->float_bytes += sizes[b];
     agent_pushes_free(a->pushes); /* before the first push: the agent has not looked at it */
     a->pushes = p;
     return 0;

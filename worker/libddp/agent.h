@@ -79,9 +79,10 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
 /* What to bring back to a ddpd that restarted: a Join of this member's running job (its
  * generation set); replaces the one before. Until there is one, a lost ddpd ends the job. */
 int agent_set_rejoin(agent *a, const Ddp__Envelope *rejoin);
-/* ps mode: the buckets' places in this rank's push segment (base; NULL when it pushes
- * frames), before the first push. */
-int agent_set_ps(agent *a, size_t n_buckets, char *segment, const size_t *offsets, const size_t *sizes);
+/* ps mode, before the first push: the buckets' places in this rank's push segment (base;
+ * NULL when it pushes frames) and in ddpd's average segment (NULL likewise), whose counters
+ * say, after ddpd restarts, where each bucket is. */
+int agent_set_ps(agent *a, size_t n_buckets, char *segment, char *average, const size_t *offsets, const size_t *sizes);
 /* A push of bucket: env alone when its data is in the push segment, else with the payload. */
 int agent_push(agent *a, const Ddp__Envelope *env, uint32_t bucket, const void *payload, size_t bytes);
 /* A push the caller made itself, in the push segment with ddpd's doorbell (ps_client.c):

@@ -77,7 +77,7 @@ int ps_client_start(ddp_group *g, bool share) {
         sizes[b] = g->ps_buckets[b] * sizeof(float);
     }
     if (r == 0)
-        r = agent_set_ps(&g->agent, g->n_ps_buckets, g->ps_pushed, offsets, sizes);
+        r = agent_set_ps(&g->agent, g->n_ps_buckets, g->ps_pushed, g->ps_average, offsets, sizes);
     free(offsets);
     free(sizes);
     return r;

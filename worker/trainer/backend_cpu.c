@@ -113,19 +113,23 @@ static void cpu_linear_backward(backend *b, float *dinp, float *dweight, float *
     /* (OC, B) . (B, IC), accumulated */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, B, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
     for (int i = 0; i < B; i++) {
-        const float *row = dout + (size_t)i * OC;
+        const float *restrict row = dout + (size_t)i * OC;
+        float *restrict sum = dbias;
         for (int o = 0; o < OC; o++)
-            dbias[o] += row[o];
+            sum[o] += row[o];
     }
 }
 
-static void cpu_relu_forward(backend *b, float *x, size_t n) {
+/* The element-wise loops below are written for the vectoriser (this file is built with
+ * -O3): restrict pointers, no branch on the data, no condition inside the loop. */
+static void cpu_relu_forward(backend *b, float *restrict x, size_t n) {
     (void)b;
     for (size_t i = 0; i < n; i++)
         x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-static void cpu_relu_backward(backend *b, float *dinp, const float *dout, const float *out, size_t n) {
+static void cpu_relu_backward(backend *b, float *restrict dinp, const float *restrict dout, const float *restrict out,
+                              size_t n) {
     (void)b;
     for (size_t i = 0; i < n; i++)
         dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
@@ -182,17 +186,23 @@ static void cpu_mse_backward(backend *b, float *dout, const float *out, const fl
         dout[i] = 2.0f * (out[i] - target[i]) / (float)C * scale;
 }
 
-static void cpu_sgd_step(backend *b, float *params, float *velocity, const float *grads, size_t n, float lr,
-                         float momentum, int first_step) {
+static void cpu_sgd_step(backend *b, float *restrict params, float *restrict velocity, const float *restrict grads,
+                         size_t n, float lr, float momentum, int first_step) {
     (void)b;
-    for (size_t i = 0; i < n; i++) {
-        float v = first_step || momentum == 0.0f ? grads[i] : momentum * velocity[i] + grads[i];
-        velocity[i] = v;
-        params[i] -= lr * v;
-    }
+    if (first_step || momentum == 0.0f)
+        for (size_t i = 0; i < n; i++) {
+            velocity[i] = grads[i];
+            params[i] -= lr * grads[i];
+        }
+    else
+        for (size_t i = 0; i < n; i++) {
+            float v = momentum * velocity[i] + grads[i];
+            velocity[i] = v;
+            params[i] -= lr * v;
+        }
 }
 
-static void cpu_accumulate(backend *b, float *acc, const float *in, size_t n) {
+static void cpu_accumulate(backend *b, float *restrict acc, const float *restrict in, size_t n) {
     (void)b;
     for (size_t i = 0; i < n; i++)
         acc[i] += in[i];

@@ -128,11 +128,26 @@ static void cpu_relu_forward(backend *b, float *restrict x, size_t n) {
         x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-static void cpu_relu_backward(backend *b, float *restrict dinp, const float *restrict dout, const float *restrict out,
-                              size_t n) {
+static void relu_mask(float *restrict dinp, const float *restrict dout, const float *restrict out, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float g = dout[i]; /* loaded either way: a select, not a branch */
+        dinp[i] = out[i] > 0.0f ? g : 0.0f;
+    }
+}
+
+static void relu_mask_in_place(float *restrict d, const float *restrict out, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float g = d[i];
+        d[i] = out[i] > 0.0f ? g : 0.0f;
+    }
+}
+
+static void cpu_relu_backward(backend *b, float *dinp, const float *dout, const float *out, size_t n) {
     (void)b;
-    for (size_t i = 0; i < n; i++)
-        dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    if (dinp == dout) /* model.c's: in place */
+        relu_mask_in_place(dinp, out, n);
+    else
+        relu_mask(dinp, dout, out, n);
 }
 
 static void cpu_crossentropy_forward(backend *b, float *losses, float *probs, const float *logits,

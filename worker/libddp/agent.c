@@ -152,6 +152,16 @@ static void agent_pushes_free(struct agent_pushes *p) {
     free(p);
 }
 
+/* msg becomes e, packed (left as it was if that fails: it goes unchanged). */
+static void msg_repack(zmq_msg_t *msg, const Ddp__Envelope *e) {
+    zmq_msg_t repacked;
+    if (wire_pack(e, &repacked) < 0)
+        return;
+    zmq_msg_close(msg);
+    zmq_msg_init(msg);
+    zmq_msg_move(msg, &repacked);
+}
+
 /* Sends a push (consuming env and payload, which may be NULL: its data is in the push
  * segment). After a rejoin such a push goes as a frame: the new ddpd holds no segment. */
 static void agent_send_push(agent *a, zmq_msg_t *env, zmq_msg_t *payload, uint32_t bucket) {
@@ -159,14 +169,9 @@ static void agent_send_push(agent *a, zmq_msg_t *env, zmq_msg_t *payload, uint32
     zmq_msg_t data;
     if (!payload && p && p->frames && p->segment && bucket < p->n) {
         Ddp__Envelope *e = ddp__envelope__unpack(NULL, zmq_msg_size(env), zmq_msg_data(env));
-        zmq_msg_t repacked;
         if (e && e->grad_push) {
             e->grad_push->shared = 0;
-            if (wire_pack(e, &repacked) == 0) {
-                zmq_msg_close(env);
-                zmq_msg_init(env);
-                zmq_msg_move(env, &repacked);
-            }
+            msg_repack(env, e);
         }
         if (e)
             ddp__envelope__free_unpacked(e, NULL);
@@ -352,18 +357,13 @@ static void agent_rejoin_steps(agent *a, zmq_msg_t *frame) {
     if (!p || !p->average)
         return;
     Ddp__Envelope *e = ddp__envelope__unpack(NULL, zmq_msg_size(frame), zmq_msg_data(frame));
-    zmq_msg_t repacked;
     if (e && e->join && e->join->n_ps_steps == p->n) {
         for (size_t b = 0; b < p->n; b++) {
             uint64_t averaged = agent_averaged(p, b);
             if (e->join->ps_steps[b] < averaged)
                 e->join->ps_steps[b] = averaged;
         }
-        if (wire_pack(e, &repacked) == 0) {
-            zmq_msg_close(frame);
-            zmq_msg_init(frame);
-            zmq_msg_move(frame, &repacked);
-        }
+        msg_repack(frame, e);
     }
     if (e)
         ddp__envelope__free_unpacked(e, NULL);

@@ -127,7 +127,7 @@ int job_ps_resolve(job *j, char *reason, size_t reason_size) {
         for (size_t i = 0; i < j->n_members; i++) {
             const job_member *m = &j->members[i];
             uint64_t at = m->ps_steps ? m->ps_steps[b] : ahead;
-            if (at + 1 < ahead || (at < ahead && !m->ps_shared)) {
+            if (at < ahead) {
                 snprintf(reason, reason_size,
                          "bucket %zu: rank %d is at step %llu, another at step %llu: the average between went with "
                          "the ddpd that restarted",

@@ -32,10 +32,7 @@ typedef struct {
     uint32_t local_pid;           /* the kernel's pid of its connection when on this host (ipc://), else 0 */
     char stalled[32];      /* silent past the liveness window, its process still here: its state ("T: stopped") */
     uint64_t gone_seen_ms; /* when a check first found its process gone (0: not yet): death is confirmed later */
-    /* a rejoin's ps state, until the job has recovered: the step of each bucket, and whether
-     * it read averages in the old ddpd's segment */
-    uint64_t *ps_steps;
-    bool ps_shared;
+    uint64_t *ps_steps;    /* a rejoin's: the step of each ps bucket, until the job has recovered */
     uint64_t last_heard_ms;
     bool left;
     bool at_barrier;
@@ -88,11 +85,10 @@ int job_check_rejoin(const job *j, uint64_t generation, uint32_t world_size, con
 /* Makes a new job (its first member rejoining) the running job it was: generation, barriers
  * done, and in ps mode its buckets at the steps the member is at. */
 int job_recover(job *j, uint64_t generation, uint64_t barrier_round, const uint64_t *ps_steps, size_t n_ps_steps);
-/* Once every rank is back: where each ps bucket is, the furthest step a rank says. A rank
- * that shared memory with the ddpd that went away says the step after the last average
- * written in its segment, and reads that average there if it has not yet. One behind
- * without the segment (the average went to the others as a message and not to it), or
- * further apart, the average is lost: -ESTALE with reason. */
+/* Once every rank is back: where each ps bucket is, the step every rank says (the one after
+ * the last average it has, in its hands or in the old ddpd's segment). A rank behind the
+ * others lost an average with the ddpd that went away (sent to them, not to it): -ESTALE
+ * with reason. */
 int job_ps_resolve(job *j, char *reason, size_t reason_size);
 /* Every rank is back: members in rank order again, the job no longer recovering. */
 void job_recovered(job *j);

@@ -460,7 +460,6 @@ static void server_on_join(server *s, const wire_msg *msg) {
     snprintf(m.endpoint, sizeof(m.endpoint), "%s", jn->data_endpoint);
     snprintf(m.data_key, sizeof(m.data_key), "%s", jn->data_key);
     if (rejoin && jn->n_ps_steps) { /* where its buckets are: settled once every rank is back */
-        m.ps_shared = jn->ps_shared;
         if ((m.ps_steps = malloc(jn->n_ps_steps * sizeof(uint64_t))))
             memcpy(m.ps_steps, jn->ps_steps, jn->n_ps_steps * sizeof(uint64_t));
         else

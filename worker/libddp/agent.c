@@ -27,6 +27,7 @@ struct agent_pushes {
     size_t *offset, *size; /* each bucket's place in it */
     zmq_msg_t *env, *payload;
     uint64_t *step;       /* the saved push's */
+    uint64_t *heard;      /* the step after the last average that came as a message (the agent thread's) */
     bool *saved, *framed; /* a push of the bucket awaits its average; it came with a payload */
     bool frames;          /* since a rejoin: the new ddpd holds no segment, every push is a frame */
     char *average;        /* ddpd's average segment, or NULL; its counters are final once that ddpd is gone */
@@ -147,6 +148,7 @@ static void agent_pushes_free(struct agent_pushes *p) {
     free(p->env);
     free(p->payload);
     free(p->step);
+    free(p->heard);
     free(p->saved);
     free(p->framed);
     free(p);
@@ -235,9 +237,10 @@ static void agent_send_pushes_again(agent *a) {
     if (!p)
         return;
     pthread_mutex_lock(&p->lock);
+    bool shared = p->average && !p->frames; /* the first restart: the segment's counters say what was averaged */
     p->frames = true;
     for (size_t b = 0; b < p->n; b++) {
-        if (p->saved[b] && p->average && p->step[b] < agent_averaged(p, b))
+        if (p->saved[b] && shared && p->step[b] < agent_averaged(p, b))
             agent_push_forget(p, b); /* averaged by the ddpd that went away: the rank reads it in its segment */
         if (!p->saved[b])
             continue;
@@ -348,20 +351,23 @@ static bool agent_begin_rejoin(agent *a, agent_view *v, uint64_t now, const char
     return true;
 }
 
-/* ps, sharing memory with the ddpd that went away: each bucket is at the step after the
- * last average that ddpd wrote in its segment, which is final by now. The rejoin's own
- * steps (what the rank had pulled when it packed it) may be one behind: the rank reads
- * that average in the segment, before or after the new ddpd takes it back. */
+/* ps: each bucket is at the step after the last average this rank has, though it may not
+ * have pulled it when it packed the rejoin: one that came as a message and waits for the
+ * pull, or, sharing memory with the ddpd that went away (the first restart: later ones
+ * share none), one that ddpd wrote in its segment, whose counters are final by now (a
+ * ddpd that only stalled knows the rank when it gets back to it, and ignores the steps). */
 static void agent_rejoin_steps(agent *a, zmq_msg_t *frame) {
     struct agent_pushes *p = a->pushes;
-    if (!p || !p->average)
+    if (!p)
         return;
     Ddp__Envelope *e = ddp__envelope__unpack(NULL, zmq_msg_size(frame), zmq_msg_data(frame));
     if (e && e->join && e->join->n_ps_steps == p->n) {
         for (size_t b = 0; b < p->n; b++) {
-            uint64_t averaged = agent_averaged(p, b);
-            if (e->join->ps_steps[b] < averaged)
-                e->join->ps_steps[b] = averaged;
+            uint64_t had = p->heard[b];
+            if (p->average && !p->frames && agent_averaged(p, b) > had)
+                had = agent_averaged(p, b);
+            if (e->join->ps_steps[b] < had)
+                e->join->ps_steps[b] = had;
         }
         msg_repack(frame, e);
     }
@@ -436,6 +442,16 @@ static bool agent_unknown(agent *a, agent_view *v, uint64_t now) {
     return agent_begin_rejoin(a, v, now, why);
 }
 
+/* An average came as a message: its push is answered, and a rejoin says the rank has it. */
+static void agent_on_average(agent *a, uint32_t bucket, uint64_t step) {
+    struct agent_pushes *p = a->pushes;
+    if (!p || bucket >= p->n)
+        return;
+    agent_push_answered(a, bucket, step);
+    if (p->heard[bucket] <= step)
+        p->heard[bucket] = step + 1;
+}
+
 /* Reads what ddpd sent: heartbeats are the agent's, the rest goes to the caller. */
 static void agent_read_control(agent *a, agent_view *v) {
     for (;;) {
@@ -460,7 +476,7 @@ static void agent_read_control(agent *a, agent_view *v) {
             continue;
         }
         if (env->type == DDP__MSG_TYPE__GRAD_AVG)
-            agent_push_answered(a, env->grad_avg->bucket, env->grad_avg->step);
+            agent_on_average(a, env->grad_avg->bucket, env->grad_avg->step);
         if (a->has_pending && env->seq == a->pending_seq && env->type != DDP__MSG_TYPE__HEARTBEAT) {
             zmq_msg_close(&a->pending); /* answered */
             a->has_pending = false;
@@ -812,7 +828,7 @@ void agent_push_answered(agent *a, uint32_t bucket, uint64_t step) {
     if (!p || bucket >= p->n)
         return;
     pthread_mutex_lock(&p->lock);
-    if (p->saved[bucket] && p->step[bucket] <= step) /* not a later push: an average it missed can come late */
+    if (p->saved[bucket] && p->step[bucket] <= step) /* not a later push */
         agent_push_forget(p, bucket);
     pthread_mutex_unlock(&p->lock);
 }
@@ -821,8 +837,8 @@ int agent_set_ps(agent *a, size_t n_buckets, char *segment, char *average, const
     struct agent_pushes *p = calloc(1, sizeof(*p));
     if (!p || !(p->offset = calloc(n_buckets, sizeof(size_t))) || !(p->size = calloc(n_buckets, sizeof(size_t))) ||
         !(p->env = calloc(n_buckets, sizeof(zmq_msg_t))) || !(p->payload = calloc(n_buckets, sizeof(zmq_msg_t))) ||
-        !(p->step = calloc(n_buckets, sizeof(uint64_t))) || !(p->saved = calloc(n_buckets, sizeof(bool))) ||
-        !(p->framed = calloc(n_buckets, sizeof(bool)))) {
+        !(p->step = calloc(n_buckets, sizeof(uint64_t))) || !(p->heard = calloc(n_buckets, sizeof(uint64_t))) ||
+        !(p->saved = calloc(n_buckets, sizeof(bool))) || !(p->framed = calloc(n_buckets, sizeof(bool)))) {
         agent_pushes_free(p);
         return -ENOMEM;
     }

@@ -92,8 +92,8 @@ int agent_note_push(agent *a, const Ddp__Envelope *env, uint32_t bucket);
 /* Whether pushes go as frames (since ddpd restarted): their averages come as messages. */
 bool agent_pushes_framed(agent *a);
 /* Bucket's average of step came (in the average segment, or as a message): its push of that
- * step or before is forgotten; a later one stays (after a restart ddpd tells a rank the
- * average it missed, which may come after the rank's next push). */
+ * step or before is forgotten; a later one stays (an average read late must not forget the
+ * next push). */
 void agent_push_answered(agent *a, uint32_t bucket, uint64_t step);
 /* Sends env to ddpd through the agent, with one payload frame when bytes > 0. */
 int agent_send(agent *a, const Ddp__Envelope *env);

@@ -50,9 +50,8 @@ void group_update_rejoin(ddp_group *g) {
     body.n_store = n;
     body.ps_buckets = g->ps_buckets; /* ps: the layout, and the step each bucket is at */
     body.n_ps_buckets = g->n_ps_buckets;
-    body.ps_steps = g->ps_pull_step;
+    body.ps_steps = g->ps_pull_step; /* the agent raises them to the averages it has had as it sends it */
     body.n_ps_steps = g->ps_pull_step ? g->n_ps_buckets : 0;
-    body.ps_shared = g->ps_average && !g->ps_average_copy;
     Ddp__Envelope env;
     wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, g->job, g->rank, g->generation, 0);
     env.join = &body;

@@ -30,6 +30,13 @@ theirs() { # world model epochs sync
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
 . "$here/stats.sh"
 
+# PyTorch runs the same OpenBLAS, which picks its kernels by the CPU's model: where it does
+# not know the model, ddp-worker picks them by the CPU's features (README, "BLAS kernels")
+# and PyTorch would run the generic ones. Both run ddp-worker's, so the comparison is of
+# the rest.
+kernels=$("$build/bin/ddp-run" -n 1 -- ddp-worker --model linear --steps 1 | sed -n 's/.*OpenBLAS \([^ ]*\) kernels.*/\1/p')
+[ -n "${OPENBLAS_CORETYPE:-}" ] || [ -z "$kernels" ] || export OPENBLAS_CORETYPE="$kernels"
+
 for i in $(seq "$rounds"); do
   ours 1 mlp 1 ddp >> "$out/ours1"
   theirs 1 mlp 1 none >> "$out/torch1"
@@ -59,7 +66,7 @@ ma=$(ours 2 mlp 5 ddp | field test_acc)
 ta=$(theirs 2 mlp 5 ddp | field test_acc)
 
 echo "# Fashion-MNIST, mlp, global batch 128, SGD lr 0.01 momentum 0.5, 1 BLAS thread a process;"
-echo "# $rounds rounds alternating, each figure best/median; ratios of the bests"
+echo "# $rounds rounds alternating, each figure best/median; ratios of the bests; OpenBLAS's ${OPENBLAS_CORETYPE:-own} kernels for both"
 echo "| run | samples/s | against | ratio |"
 echo "|---|---|---|---|"
 echo "| ddp-worker, 1 worker | $o1 | PyTorch, 1 process: $t1 | $(ratio "$(echo "$o1" | first)" "$(echo "$t1" | first)") |"

@@ -20,6 +20,7 @@
 #include "common/fd_socket.h"
 #include "tests/check_main.h"
 #include "tests/integration/harness.h"
+#include "worker/trainer/blas_kernels.h"
 #include "worker/trainer/checkpoint.h"
 
 #define WAIT_MS 120000     /* one launch, at most */
@@ -640,6 +641,29 @@ START_TEST(test_toy) {
 }
 END_TEST
 
+/* One worker's banner names the BLAS kernels it trains with: OpenBLAS's own choice for a
+ * CPU it knows, the CPU's best by its features where OpenBLAS fell back to its generic
+ * ones (blas_kernels.h), and always what OPENBLAS_CORETYPE names when the user sets it. */
+START_TEST(test_blas_kernels) {
+    /* This test runs the same library on the same CPU: its choice is the worker's first one. */
+    const char *chosen = blas_kernels_in_use();
+    const char *better = getenv("OPENBLAS_CORETYPE") ? NULL : blas_kernels_better(chosen, blas_cpu_features());
+    const char *argv[] = {DDP_RUN_PATH, "-n",      "1", "--", DDP_WORKER_PATH, "--data", dir, "--model",
+                          MODEL,        "--steps", "2", NULL};
+    const char *generic[] = {"OPENBLAS_CORETYPE=Prescott", NULL};
+    for (int told = 0; told < 2; told++) {
+        char expect[96];
+        snprintf(expect, sizeof(expect), "OpenBLAS %s kernels", told ? "Prescott" : better ? better : chosen);
+        proc p;
+        proc_start(&p, argv, told ? generic : NULL);
+        ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s", proc_output_tail(&p));
+        ck_assert_msg(proc_expect(&p, expect, 0, NULL, 0), "expected \"%s\" (OpenBLAS chose %s here): %s", expect,
+                      chosen, proc_output_tail(&p));
+        proc_close(&p);
+    }
+}
+END_TEST
+
 static TCase *add_case(Suite *s, TCase *tc) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, CASE_TIMEOUT_S);
@@ -667,6 +691,7 @@ int main(int argc, char **argv) {
     TCase *output = add_case(s, tcase_create("output"));
     tcase_add_test(output, test_metrics);
     tcase_add_test(output, test_toy);
+    tcase_add_test(output, test_blas_kernels);
     tcase_add_test(add_case(s, tcase_create("fashion-mnist")), test_fashion_mnist);
     return check_main(s, argc, argv);
 }

@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/check_main.h"
 #include "worker/trainer/backend.h"
+#include "worker/trainer/blas_kernels.h"
 #include "worker/trainer/model.h"
 #include "worker/trainer/rng.h"
-#include "tests/check_main.h"
 
 static backend b;
 
@@ -264,11 +265,27 @@ START_TEST(test_model_names) {
     ck_assert_uint_eq(s.n_params, 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10);
     ck_assert_int_eq(model_spec_parse("toy", &s, err, sizeof(err)), 0);
     ck_assert_int_eq(s.loss, LOSS_MSE);
-    const char *bad[] = {"resnet", "784", "784-", "784-0-10", "-5", "10-x", "1-2-3-4-5-6-7-8-9-10-11-12-13-14-15-16-17-18"};
+    const char *bad[] = {
+        "resnet", "784", "784-", "784-0-10", "-5", "10-x", "1-2-3-4-5-6-7-8-9-10-11-12-13-14-15-16-17-18"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ck_assert_msg(model_spec_parse(bad[i], &s, err, sizeof(err)) == -EINVAL, "%s accepted", bad[i]);
         ck_assert_msg(strlen(err) > 10, "%s: no message", bad[i]);
     }
+}
+END_TEST
+
+/* OpenBLAS's generic kernels on a CPU that runs better ones are replaced by the best the
+ * features run; any choice for a model OpenBLAS knows stands. */
+START_TEST(test_blas_kernels_by_features) {
+    const unsigned avx2 = BLAS_CPU_AVX2_FMA, avx512 = avx2 | BLAS_CPU_AVX512, bf16 = avx512 | BLAS_CPU_AVX512_BF16;
+    ck_assert_str_eq(blas_kernels_better("Prescott", bf16), "Cooperlake");
+    ck_assert_str_eq(blas_kernels_better("Prescott", avx512), "SkylakeX");
+    ck_assert_str_eq(blas_kernels_better("Prescott", avx2), "Haswell");
+    ck_assert_ptr_null(blas_kernels_better("Prescott", 0)); /* an SSE3 CPU: generic is right */
+    const char *known[] = {"SkylakeX", "Cooperlake", "Haswell", "Zen", "Sandybridge"};
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        ck_assert_msg(!blas_kernels_better(known[i], bf16), "%s replaced", known[i]);
+    ck_assert_ptr_null(blas_kernels_better(NULL, bf16));
 }
 END_TEST
 
@@ -289,5 +306,6 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_sgd_matches_torch);
     tcase_add_test(limits, test_accounting);
     tcase_add_test(limits, test_model_names);
+    tcase_add_test(limits, test_blas_kernels_by_features);
     return check_main(s, argc, argv);
 }

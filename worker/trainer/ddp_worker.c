@@ -9,6 +9,7 @@
 #include "common/config.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "worker/trainer/blas_kernels.h"
 #include "worker/trainer/trainer.h"
 
 /* "sync mode: ddp, dp or ps", from the list of modes (sync_modes.h), made by main. */
@@ -123,6 +124,13 @@ int main(int argc, char **argv) {
         config_free(&worker_spec, &o);
         return EXIT_USAGE;
     }
+    const char *kernels;
+    r = blas_kernels_restart_if_generic(argv, &kernels); /* returns only when it did not restart */
+    if (r < 0)
+        fprintf(stderr,
+                "ddp-worker: OpenBLAS does not know this CPU and chose its generic kernels; starting again with "
+                "OPENBLAS_CORETYPE=%s (which the CPU runs) failed: %s; training goes on, slower\n",
+                kernels, strerror(-r));
     setvbuf(stdout, NULL, _IOLBF, 0);
     /* SIGTERM, SIGINT and SIGHUP (a closed terminal, a lost ssh session) end the job
      * between steps, with a checkpoint (trainer.h). */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "worker/trainer/blas_kernels.h"
 
 #define TOY_SAMPLES 8192 /* the toy model trains on random data, as the DDP tutorial's ToyModel */
 #define TOY_TEST_SAMPLES 1024
@@ -236,11 +237,15 @@ int trainer_run(trainer *t) {
     double total_s = 0, last_accuracy = NAN;
     uint64_t total_samples = 0;
     trainer_training = 1;
-    if (t->rank == 0)
+    if (t->rank == 0) {
+        char kernels[64] = "";
+        if (t->devices[0].device < 0)
+            snprintf(kernels, sizeof(kernels), ", OpenBLAS %s kernels", blas_kernels_in_use());
         printf("ddp-worker: %s mode, model %s (%zu parameters), %d workers over %s, batch %d (%d each), %zu steps "
-               "an epoch\n",
+               "an epoch%s\n",
                t->mode->name, t->m.spec.name, t->m.spec.n_params, t->world, trainer_transport(t), t->global_batch,
-               t->local_batch, steps_per_epoch);
+               t->local_batch, steps_per_epoch, kernels);
+    }
     while (t->epoch < epochs && t->step < max_steps) {
         sampler_set_epoch(&t->smp, t->epoch);
         double t0 = sync_now(), loss_sum = 0;

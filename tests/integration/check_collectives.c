@@ -416,6 +416,9 @@ START_TEST(test_forged_inputs) {
                    "rank 1 posted its input at bytes 4096..4198400 of region 0, which is 4194304 bytes: outside what "
                    "it shared, refused");
     expect_failure("bad-region", 2, "rank 1 posted its input in region 7, which it never shared: refused");
+    expect_failure("bad-root", 2,
+                   "broadcast #1: rank 1 posted its input at bytes 4096..4198400 of region 0, which is 4194304 bytes: "
+                   "outside what it shared, refused");
     /* ranks that ask ddp_alloc for other sizes: an error, not a hang */
     expect_failure("alloc-mismatch", 3, "failed: ddp_alloc: ");
 }

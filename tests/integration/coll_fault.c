@@ -8,12 +8,14 @@
  *                              hostile member: it posts the same call in its own segment's
  *                              header, its input at an offset beyond its region
  *   coll_fault bad-region      the same, its input in a region it never shared
+ *   coll_fault bad-root        the same as bad-offset, as the root of rank 0's broadcast
  *   coll_fault alloc-mismatch  rank r asks ddp_alloc for 4096 (r + 1) bytes
  * Prints "first ok" after the first success, and on failure
  * "failed: CODE (TEXT): LAST_ERROR", exiting 3. */
 #define _GNU_SOURCE /* SYS_futex */
 #include <limits.h>
 #include <linux/futex.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +45,10 @@ static int segments(shm_head **heads, int max) {
     return n;
 }
 
-/* Rank 1 of 2, without calling the all-reduce: once rank 0 has posted its call, posts the
- * same call in its own header with its input in (region, offset), as the phase rank 0
- * waits for. Its own segment is the one whose header does not show rank 0's call. */
-static int post_forged_input(int32_t region, uint64_t offset) {
+/* Rank 1 of 2, without calling the collective (kind): once rank 0 has posted its call,
+ * posts the same call in its own header with its input in (region, offset), as the phase
+ * rank 0 waits for. Its own segment is the one whose header does not show rank 0's call. */
+static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
     shm_head *heads[2], *theirs = NULL, *mine = NULL;
     if (segments(heads, 2) != 2) {
         printf("forging: no shared segment mapped\n");
@@ -57,7 +59,7 @@ static int post_forged_input(int32_t region, uint64_t offset) {
                                                                                       : atomic_load(&heads[1]->posted);
     for (int tries = 0; !theirs && tries < 30000; tries++) { /* 30 s */
         for (int k = 0; k < 2; k++)
-            if (heads[k]->call.kind == COLL_ALL_REDUCE && heads[k]->call.count == FORGED_COUNT &&
+            if (heads[k]->call.kind == (uint32_t)kind && heads[k]->call.count == FORGED_COUNT &&
                 atomic_load(&heads[k]->posted) > before) {
                 theirs = heads[k];
                 mine = heads[1 - k];
@@ -66,7 +68,7 @@ static int post_forged_input(int32_t region, uint64_t offset) {
             usleep(1000);
     }
     if (!theirs) {
-        printf("forging: rank 0 never posted its all-reduce\n");
+        printf("forging: rank 0 never posted its call\n");
         return -1;
     }
     shm_call forged = theirs->call;
@@ -114,13 +116,17 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "alloc-mismatch")) {
         if (!ddp_alloc(g, 4096 * ((size_t)rank + 1)))
             r = -1;
-    } else if (!strcmp(mode, "bad-offset") || !strcmp(mode, "bad-region")) {
+    } else if (!strcmp(mode, "bad-offset") || !strcmp(mode, "bad-region") || !strcmp(mode, "bad-root")) {
+        /* bad-root: rank 1 is a broadcast's root, whose buffer rank 0 would copy in place */
+        bool broadcast = !strcmp(mode, "bad-root");
         float *shared = ddp_alloc(g, FORGED_COUNT * sizeof(float));
         if (!shared)
             r = -1;
         else if (rank == 0)
-            r = ddp_all_reduce(g, shared, FORGED_COUNT, DDP_F32, DDP_SUM);
-        else if (post_forged_input(!strcmp(mode, "bad-region") ? 7 : 0, 4096) == 0)
+            r = broadcast ? ddp_broadcast(g, shared, FORGED_COUNT, DDP_F32, 1)
+                          : ddp_all_reduce(g, shared, FORGED_COUNT, DDP_F32, DDP_SUM);
+        else if (post_forged_input(broadcast ? COLL_BROADCAST : COLL_ALL_REDUCE, !strcmp(mode, "bad-region") ? 7 : 0,
+                                   4096) == 0)
             for (int i = 0; i < 20000 && ddp_job_status(g) == 0; i++) /* until rank 0 has gone */
                 usleep(1000);
     }

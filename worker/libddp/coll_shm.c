@@ -219,6 +219,28 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
     return 0;
 }
 
+/* The root's buffer in one of its regions (ddp_alloc's memory, as dp mode's parameters):
+ * the peers copy it from there in one go, and the root returns once they have, its buffer
+ * the caller's again. */
+static int broadcast_in_place(comm *c, const coll_args *a, const char *root_buf) {
+    shm_plane *s = state(c)->plane;
+    const comm_call *call = &a->call;
+    int n = c->peers.world, me = c->peers.rank, root = call->root;
+    size_t bytes = call->count * dtype_size(call->t);
+    if (me == root) {
+        for (int r = 0; r < n; r++)
+            if (r != me)
+                comm_count_sent(c, r, bytes);
+    } else {
+        memcpy(a->recv, root_buf, bytes);
+        comm_count_received(c, root, bytes);
+    }
+    shm_post(s);
+    shm_release(s);
+    return me == root ? shm_wait_free(c, s, call) : 0;
+}
+
+/* In chunks through the root's staging buffer: the root copies one in, the others copy it out. */
 static int broadcast(comm *c, const coll_args *a) {
     shm_plane *s = state(c)->plane;
     const comm_call *call = &a->call;
@@ -229,16 +251,27 @@ static int broadcast(comm *c, const coll_args *a) {
         uint64_t len = call->count - off < chunk ? call->count - off : chunk;
         char *buf = (char *)a->recv + off * es;
         /* every rank writes its call; only the root's buffer is written, and read */
-        TRY(off == 0 ? shm_begin(c, s, call, NULL, false) : me == root ? shm_wait_free(c, s, call) : 0);
-        if (me == root) {
+        if (off == 0)
+            TRY(shm_begin(c, s, call, me == root ? a->recv : NULL, false));
+        else if (me == root)
+            TRY(shm_wait_free(c, s, call));
+        bool shared = off == 0 && me == root && shm_input_shared(s);
+        if (me == root && !shared) {
             memcpy(shm_buffer(s, me), buf, len * es);
             for (int r = 0; r < n; r++)
                 if (r != me)
                     comm_count_sent(c, r, len * es);
         }
         uint64_t given = shm_post(s);
+        const char *root_buf = NULL;
         if (me != root) {
             TRY(shm_wait(c, s, root, given, call));
+            if (off == 0)
+                TRY(shm_peer_input(c, s, call, root, &root_buf));
+        }
+        if (shared || root_buf) /* every rank knows it now: the root posted where its buffer is */
+            return broadcast_in_place(c, a, root_buf);
+        if (me != root) {
             memcpy(buf, shm_buffer(s, root), len * es);
             comm_count_received(c, root, len * es);
         }

@@ -137,32 +137,37 @@ bool shm_input_shared(const shm_plane *s) {
     return head(s, s->rank)->call.region >= 0;
 }
 
-int shm_peer_inputs(comm *c, shm_plane *s, const comm_call *call, const char ***ret) {
+int shm_peer_input(comm *c, shm_plane *s, const comm_call *call, int r, const char **ret) {
     uint64_t bytes = call->count * dtype_size(call->t);
+    /* read once: the peer could change it under us */
+    volatile const shm_call *theirs = &head(s, r)->call;
+    int32_t region = theirs->region;
+    uint64_t offset = theirs->offset;
+    *ret = NULL;
+    if (region < 0)
+        return 0;
+    if (region >= s->n_regions || !s->regions[region].maps)
+        return comm_fail(c, -EPROTO, "%s #%llu: rank %d posted its input in region %d, which it never shared: refused",
+                         coll_kind_name(call->kind), (unsigned long long)call->seq, r, (int)region);
+    size_t size = s->regions[region].bytes;
+    if (offset > size || bytes > size - offset)
+        return comm_fail(c, -EPROTO,
+                         "%s #%llu: rank %d posted its input at bytes %llu..%llu of region %d, which is %zu bytes: "
+                         "outside what it shared, refused",
+                         coll_kind_name(call->kind), (unsigned long long)call->seq, r, (unsigned long long)offset,
+                         (unsigned long long)(offset + bytes), (int)region, size);
+    *ret = s->regions[region].maps[r] + offset;
+    return 0;
+}
+
+int shm_peer_inputs(comm *c, shm_plane *s, const comm_call *call, const char ***ret) {
     s->all_in_place = head(s, s->rank)->call.in_place;
     for (int r = 0; r < s->world; r++) {
         s->inputs[r] = NULL;
         if (r == s->rank)
             continue;
-        /* read once: the peer could change it under us */
-        volatile const shm_call *theirs = &head(s, r)->call;
-        int32_t region = theirs->region;
-        uint64_t offset = theirs->offset;
-        s->all_in_place = s->all_in_place && region >= 0 && theirs->in_place;
-        if (region < 0)
-            continue;
-        if (region >= s->n_regions || !s->regions[region].maps)
-            return comm_fail(c, -EPROTO,
-                             "%s #%llu: rank %d posted its input in region %d, which it never shared: refused",
-                             coll_kind_name(call->kind), (unsigned long long)call->seq, r, (int)region);
-        size_t size = s->regions[region].bytes;
-        if (offset > size || bytes > size - offset)
-            return comm_fail(c, -EPROTO,
-                             "%s #%llu: rank %d posted its input at bytes %llu..%llu of region %d, which is %zu bytes: "
-                             "outside what it shared, refused",
-                             coll_kind_name(call->kind), (unsigned long long)call->seq, r, (unsigned long long)offset,
-                             (unsigned long long)(offset + bytes), (int)region, size);
-        s->inputs[r] = s->regions[region].maps[r] + offset;
+        TRY(shm_peer_input(c, s, call, r, &s->inputs[r]));
+        s->all_in_place = s->all_in_place && s->inputs[r] && head(s, r)->call.in_place;
     }
     *ret = s->inputs;
     return 0;

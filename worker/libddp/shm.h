@@ -62,6 +62,8 @@ bool shm_input_shared(const shm_plane *s);
  * checked against what the peer shared: a region it never shared, or bytes beyond its
  * end, are refused (-EPROTO), never read. */
 int shm_peer_inputs(comm *c, shm_plane *s, const comm_call *call, const char ***ret);
+/* The same for peer r alone, once r has posted the call's first phase (a broadcast's root). */
+int shm_peer_input(comm *c, shm_plane *s, const comm_call *call, int r, const char **ret);
 /* After shm_peer_inputs: whether every rank's input is in its regions and is its output
  * too (in place), so that each can leave its part of the result there for the others. */
 bool shm_all_in_place(const shm_plane *s);

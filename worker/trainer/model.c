@@ -154,11 +154,12 @@ void model_close(model *m) {
     size_t a = (size_t)m->batch * m->widest;
     for (int i = 0; i < m->n_stages; i++) {
         const model_stage *st = &m->stages[i];
-        stage_release(st, st->params, st->count);
-        if (m->grads_lent)
-            backend_count_release(&st->b->memory, st->count * sizeof(float));
-        else
-            stage_release(st, st->grads, st->count);
+        float *blocks[2] = {st->params, st->grads}; /* MODEL_PARAMS, MODEL_GRADS */
+        for (int k = 0; k < 2; k++)
+            if (m->lent & (1u << k))
+                backend_count_release(&st->b->memory, st->count * sizeof(float));
+            else
+                stage_release(st, blocks[k], st->count);
         stage_release(st, st->velocity, st->count);
         stage_release(st, st->dacts[0], a);
         stage_release(st, st->dacts[1], a);
@@ -275,15 +276,21 @@ float *model_block_at(const model *m, model_block which, size_t offset, backend 
     return block ? block + (offset - st->offset) : NULL;
 }
 
-int model_lend_grads(model *m, float *block) {
+int model_lend(model *m, model_block which, float *block) {
     model_stage *st = &m->stages[0];
-    if (m->n_stages != 1 || !st->b->ops->host_memory || m->grads_lent)
+    unsigned bit = 1u << which;
+    if (m->n_stages != 1 || !st->b->ops->host_memory || (m->lent & bit) || which == MODEL_VELOCITY)
         return -EINVAL;
-    memcpy(block, st->grads, st->count * sizeof(float));
-    stage_release(st, st->grads, st->count);
+    float **place = which == MODEL_PARAMS ? &st->params : &st->grads;
+    memcpy(block, *place, st->count * sizeof(float));
+    stage_release(st, *place, st->count);
     backend_count_alloc(&st->b->memory, st->count * sizeof(float));
-    st->grads = m->grads = block;
-    m->grads_lent = true;
+    *place = block;
+    if (which == MODEL_PARAMS)
+        m->params = block;
+    else
+        m->grads = block;
+    m->lent |= bit;
     return 0;
 }
 

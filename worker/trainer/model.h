@@ -61,7 +61,7 @@ typedef struct {
     float *probs;                      /* (batch, classes) */
     float *crossing;                   /* host memory activations and gradients cross stages through */
     size_t widest;
-    bool grads_lent; /* the gradient block is the caller's (model_lend_grads): not the backend's to free */
+    unsigned lent; /* bit 1 << model_block: that block is the caller's (model_lend), not the backend's to free */
 } model;
 
 /* The first layer of the second stage: the first half of the layers (the larger half
@@ -96,11 +96,12 @@ int model_stage_of_layer(const model *m, int layer);
  * range must lie in one stage (buckets never straddle stages). */
 float *model_block_at(const model *m, model_block which, size_t offset, backend **ret_b);
 void model_zero_grads(model *m);
-/* Puts the gradient block in block (n_params floats of host memory, which the caller keeps
- * and frees after model_close), in place of the backend's: for the ddp mode, whose
- * all-reduce then reads it where the peers can (ddp_alloc). Only a one-stage model on the
- * host: -EINVAL otherwise. The backend's accounting still counts it. */
-int model_lend_grads(model *m, float *block);
+/* Puts the parameter or gradient block (which) in block (n_params floats of host memory,
+ * which the caller keeps and frees after model_close), its values copied, in place of the
+ * backend's: for the collectives, which then read it where the peers can (ddp_alloc).
+ * Only a one-stage model on the host, once a block: -EINVAL otherwise. The backend's
+ * accounting still counts it. */
+int model_lend(model *m, model_block which, float *block);
 /* torch.optim.SGD over every stage that holds a velocity. */
 void model_sgd_step(model *m, float lr, float momentum, int first_step);
 /* The same with the gradients read from grads (n_params, host memory, the flat layout)

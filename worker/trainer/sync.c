@@ -1,6 +1,7 @@
 /* The list of sync modes, and what they share. */
 #include "worker/trainer/sync.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +26,14 @@ int sync_fail(const sync_ctx *c, int err, const char *fmt, ...) {
     vsnprintf(c->error, c->error_size, fmt, ap);
     va_end(ap);
     return err;
+}
+
+int sync_shared_block(const sync_ctx *c, const char *what, float **ret) {
+    *ret = ddp_alloc(c->g, c->m->spec.n_params * sizeof(float));
+    if (!*ret)
+        return sync_fail(c, ddp_job_status(c->g) ? ddp_job_status(c->g) : -ENOMEM, "placing the %s: %s", what,
+                         ddp_last_error(c->g));
+    return 0;
 }
 
 double sync_forward_local(const sync_ctx *c, int B) {

@@ -74,6 +74,10 @@ int sync_fail(const sync_ctx *c, int err, const char *fmt, ...) __attribute__((f
 /* Zeroes the gradients, runs forward and the loss of this rank's B rows (the ddp and ps
  * modes): returns its mean, with the batch's dlogits ready for backward. */
 double sync_forward_local(const sync_ctx *c, int B);
+/* n_params floats of ddp_alloc's memory, which the collectives read in place where the
+ * peers can (over shared memory: no copy into a staging buffer). A collective: every rank
+ * asks, in the same order. It goes with the group, after the model. */
+int sync_shared_block(const sync_ctx *c, const char *what, float **ret);
 /* One SGD step with momentum over the parameters this rank holds velocity for. */
 void sync_sgd_step(const sync_ctx *c);
 /* Seconds on the monotonic clock, for the step's timers. */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "worker/trainer/sync.h"
 
 #define NCCL_ID_KEY "ddp-worker/nccl-id"
@@ -65,12 +66,10 @@ static void ddp_join(ddp_options *join, const bucket_plan *buckets, bool split) 
  * land in it by DMA (registered, pinned). Every rank allocates it, a collective; it goes
  * with the group, after the model and the staging. */
 static int place_grads(const sync_ctx *c) {
-    float *block = ddp_alloc(c->g, c->m->spec.n_params * sizeof(float));
-    if (!block)
-        return sync_fail(c, ddp_job_status(c->g) ? ddp_job_status(c->g) : -ENOMEM, "placing the gradients: %s",
-                         ddp_last_error(c->g));
+    float *block;
+    TRY(sync_shared_block(c, "gradients", &block));
     if (c->staging->direct)
-        model_lend_grads(c->m, block);
+        model_lend(c->m, MODEL_GRADS, block);
     else if (staging_place_grads(c->staging, block) < 0)
         fprintf(stderr,
                 "ddp-worker: rank %d: the device cannot pin the shared gradient block; its buckets are "

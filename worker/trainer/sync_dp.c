@@ -88,12 +88,28 @@ static int dp_alloc_rank0(dp_state *s) {
     return 0;
 }
 
+/* A model on the host keeps its parameters and gradients where the collectives read them
+ * in place (sync_shared_block): each step's broadcast of the parameters and sum of the
+ * gradients then copy nothing into a staging buffer first. Every rank places both. */
+static int dp_place_blocks(const sync_ctx *c) {
+    if (!c->staging->direct)
+        return 0;
+    float *params, *grads;
+    TRY(sync_shared_block(c, "parameters", &params));
+    TRY(sync_shared_block(c, "gradients", &grads));
+    model_lend(c->m, MODEL_PARAMS, params);
+    model_lend(c->m, MODEL_GRADS, grads);
+    return 0;
+}
+
 static int dp_open(const sync_ctx *c, void **ret_state) {
     dp_state *s = calloc(1, sizeof(*s));
     if (!s)
         return sync_fail(c, -ENOMEM, "out of memory");
     s->c = *c;
-    int r = c->rank == 0 ? dp_alloc_rank0(s) : 0;
+    int r = dp_place_blocks(c);
+    if (r == 0 && c->rank == 0)
+        r = dp_alloc_rank0(s);
     if (r < 0) {
         dp_close(s);
         return r;

@@ -57,7 +57,8 @@ static int ps_open(const sync_ctx *c, void **ret_state) {
         return sync_fail(c, r, "broadcasting the parameters from rank 0: %s", ddp_last_error(c->g));
     }
     staging_block_unwire(c->staging, MODEL_PARAMS, params);
-    s->in_segments = c->staging->direct && segments_fit(c) && model_lend_grads(c->m, ddp_ps_buffer(c->g, 0)) == 0;
+    s->in_segments =
+        c->staging->direct && segments_fit(c) && model_lend(c->m, MODEL_GRADS, ddp_ps_buffer(c->g, 0)) == 0;
     *ret_state = s;
     return 0;
 }

@@ -45,9 +45,10 @@ static int segments(shm_head **heads, int max) {
     return n;
 }
 
-/* Rank 1 of 2, without calling the collective (kind): once rank 0 has posted its call,
- * posts the same call in its own header with its input in (region, offset), as the phase
- * rank 0 waits for. Its own segment is the one whose header does not show rank 0's call. */
+/* Rank 1 of 2, without calling the collective (kind): once rank 0's header shows its call,
+ * posts the same call in its own header with its input in (region, offset), and the
+ * call's first phase, which rank 0 waits for. Its own segment is the one whose header does
+ * not show rank 0's call. */
 static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
     shm_head *heads[2], *theirs = NULL, *mine = NULL;
     if (segments(heads, 2) != 2) {
@@ -59,8 +60,7 @@ static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
                                                                                       : atomic_load(&heads[1]->posted);
     for (int tries = 0; !theirs && tries < 30000; tries++) { /* 30 s */
         for (int k = 0; k < 2; k++)
-            if (heads[k]->call.kind == (uint32_t)kind && heads[k]->call.count == FORGED_COUNT &&
-                atomic_load(&heads[k]->posted) > before) {
+            if (heads[k]->call.kind == (uint32_t)kind && heads[k]->call.count == FORGED_COUNT) {
                 theirs = heads[k];
                 mine = heads[1 - k];
             }
@@ -68,14 +68,15 @@ static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
             usleep(1000);
     }
     if (!theirs) {
-        printf("forging: rank 0 never posted its call\n");
+        printf("forging: rank 0 never made its call\n");
         return -1;
     }
+    usleep(1000); /* rank 0 writes its header before it waits: let it finish (a broadcast's peer posts nothing) */
     shm_call forged = theirs->call;
     forged.region = region;
     forged.offset = offset;
     mine->call = forged;
-    uint64_t phase = atomic_load(&theirs->posted);
+    uint64_t phase = before + 1;
     atomic_store(&mine->posted, phase);
     atomic_store(&mine->word, (uint32_t)phase);
     syscall(SYS_futex, (uint32_t *)&mine->word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);

@@ -219,66 +219,81 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
     return 0;
 }
 
-/* The root's buffer in one of its regions (ddp_alloc's memory, as dp mode's parameters):
- * the peers copy it from there in one go, and the root returns once they have, its buffer
- * the caller's again. */
-static int broadcast_in_place(comm *c, const coll_args *a, const char *root_buf) {
+/* A broadcast through the root's staging buffer goes in pieces, a ring of them: the peers
+ * copy one out while the root copies the next in. */
+#define BROADCAST_SLOTS 16
+
+/* The root: its buffer, where it lies in one of its regions (ddp_alloc's memory, as dp
+ * mode's parameters), is read there by the peers, and the root returns once they have
+ * (its buffer is the caller's again); otherwise it is copied into the ring piece by piece,
+ * each posted as it lands, a slot reused once every peer has posted that it copied the
+ * piece before. */
+static int broadcast_give(comm *c, const coll_args *a) {
     shm_plane *s = state(c)->plane;
     const comm_call *call = &a->call;
-    int n = c->peers.world, me = c->peers.rank, root = call->root;
-    size_t bytes = call->count * dtype_size(call->t);
-    if (me == root) {
+    int n = c->peers.world, me = c->peers.rank;
+    size_t es = dtype_size(call->t);
+    if (shm_input_shared(s)) {
         for (int r = 0; r < n; r++)
             if (r != me)
-                comm_count_sent(c, r, bytes);
-    } else {
-        memcpy(a->recv, root_buf, bytes);
-        comm_count_received(c, root, bytes);
-    }
-    shm_post(s);
-    shm_release(s);
-    return me == root ? shm_wait_free(c, s, call) : 0;
-}
-
-/* In chunks through the root's staging buffer: the root copies one in, the others copy it out. */
-static int broadcast(comm *c, const coll_args *a) {
-    shm_plane *s = state(c)->plane;
-    const comm_call *call = &a->call;
-    int n = c->peers.world, me = c->peers.rank, root = call->root;
-    size_t es = dtype_size(call->t);
-    uint64_t chunk = chunk_elems(call->t, 1);
-    for (uint64_t off = 0; off < call->count; off += chunk) {
-        uint64_t len = call->count - off < chunk ? call->count - off : chunk;
-        char *buf = (char *)a->recv + off * es;
-        /* every rank writes its call; only the root's buffer is written, and read */
-        if (off == 0)
-            TRY(shm_begin(c, s, call, me == root ? a->recv : NULL, false));
-        else if (me == root)
-            TRY(shm_wait_free(c, s, call));
-        bool shared = off == 0 && me == root && shm_input_shared(s);
-        if (me == root && !shared) {
-            memcpy(shm_buffer(s, me), buf, len * es);
-            for (int r = 0; r < n; r++)
-                if (r != me)
-                    comm_count_sent(c, r, len * es);
-        }
-        uint64_t given = shm_post(s);
-        const char *root_buf = NULL;
-        if (me != root) {
-            TRY(shm_wait(c, s, root, given, call));
-            if (off == 0)
-                TRY(shm_peer_input(c, s, call, root, &root_buf));
-        }
-        if (shared || root_buf) /* every rank knows it now: the root posted where its buffer is */
-            return broadcast_in_place(c, a, root_buf);
-        if (me != root) {
-            memcpy(buf, shm_buffer(s, root), len * es);
-            comm_count_received(c, root, len * es);
-        }
+                comm_count_sent(c, r, call->count * es);
         shm_post(s);
         shm_release(s);
+        return shm_wait_free(c, s, call);
     }
+    uint64_t piece = chunk_elems(call->t, BROADCAST_SLOTS), base = shm_phase(s), k = 0;
+    for (uint64_t off = 0; off < call->count; off += piece, k++) {
+        uint64_t len = call->count - off < piece ? call->count - off : piece;
+        if (k >= BROADCAST_SLOTS) /* the slot's last piece is copied out everywhere */
+            TRY(shm_wait_all(c, s, base + k - BROADCAST_SLOTS + 1, call));
+        memcpy(shm_buffer(s, me) + (k % BROADCAST_SLOTS) * piece * es, (const char *)a->recv + off * es, len * es);
+        for (int r = 0; r < n; r++)
+            if (r != me)
+                comm_count_sent(c, r, len * es);
+        shm_post(s);
+    }
+    shm_release(s); /* the next call writes the ring once every peer has copied the last piece */
     return 0;
+}
+
+/* A peer: the root's first post says where its buffer is; from a region it copies it
+ * whole, else each piece once the root has posted it; and posts each copy. */
+static int broadcast_take(comm *c, const coll_args *a) {
+    shm_plane *s = state(c)->plane;
+    const comm_call *call = &a->call;
+    int root = call->root;
+    size_t es = dtype_size(call->t);
+    uint64_t base = shm_phase(s);
+    TRY(shm_wait(c, s, root, base + 1, call));
+    const char *root_buf;
+    TRY(shm_peer_input(c, s, call, root, &root_buf));
+    if (root_buf) {
+        memcpy(a->recv, root_buf, call->count * es);
+        comm_count_received(c, root, call->count * es);
+        shm_post(s);
+        shm_release(s);
+        return 0;
+    }
+    uint64_t piece = chunk_elems(call->t, BROADCAST_SLOTS), k = 0;
+    for (uint64_t off = 0; off < call->count; off += piece, k++) {
+        uint64_t len = call->count - off < piece ? call->count - off : piece;
+        if (k > 0)
+            TRY(shm_wait(c, s, root, base + k + 1, call));
+        memcpy((char *)a->recv + off * es, shm_buffer(s, root) + (k % BROADCAST_SLOTS) * piece * es, len * es);
+        comm_count_received(c, root, len * es);
+        shm_post(s);
+    }
+    shm_release(s);
+    return 0;
+}
+
+static int broadcast(comm *c, const coll_args *a) {
+    if (a->call.count == 0)
+        return 0;
+    shm_plane *s = state(c)->plane;
+    bool root = c->peers.rank == a->call.root;
+    TRY(shm_begin(c, s, &a->call, root ? a->recv : NULL, false));
+    return root ? broadcast_give(c, a) : broadcast_take(c, a);
 }
 
 /* gather (to the root) and all_gather (to everyone): each copies its part in, readers copy out. */

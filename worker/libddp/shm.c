@@ -65,6 +65,10 @@ uint64_t shm_post(shm_plane *s) {
     return phase;
 }
 
+uint64_t shm_phase(const shm_plane *s) {
+    return s->phase;
+}
+
 void shm_release(shm_plane *s) {
     s->release = s->phase;
 }

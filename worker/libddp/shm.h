@@ -49,6 +49,8 @@ bool shm_crowded(const shm_plane *s);
  * it promised. Returns that phase's number; every rank posts the same phases in the same
  * order, so a peer that has finished it has posted the same number. */
 uint64_t shm_post(shm_plane *s);
+/* The last phase this rank posted: a collective's phases are numbered on from it. */
+uint64_t shm_phase(const shm_plane *s);
 /* Starts a collective: every peer is done with this rank's buffer (shm_wait_free), and
  * this rank's call is written where its peers check theirs against it, with where input
  * lies when it is in one of this rank's regions (the peers may read it there; NULL: they

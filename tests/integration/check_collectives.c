@@ -431,6 +431,8 @@ END_TEST
 
 START_TEST(test_mismatched_collectives) {
     expect_mismatch("mismatch-kind", "called broadcast(count 1000, f32");
+    /* each waits for the other as its root: both see the other's call, neither waits it out */
+    expect_mismatch("mismatch-root", "where this rank called broadcast(count 1000, f32, sum, root ");
     /* the barrier goes through shared memory too, numbered with the collectives */
     expect_mismatch("mismatch-barrier", "called all_reduce(count 1000, f32");
 }

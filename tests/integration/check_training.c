@@ -3,6 +3,7 @@
  * on Fashion-MNIST where Debian's dataset is installed). */
 #define _GNU_SOURCE /* memfd_create */
 #include <cJSON.h>
+#include <cblas.h>
 #include <check.h>
 #include <dirent.h>
 #include <math.h>
@@ -651,7 +652,9 @@ START_TEST(test_blas_kernels) {
     const char *argv[] = {DDP_RUN_PATH, "-n",      "1", "--", DDP_WORKER_PATH, "--data", dir, "--model",
                           MODEL,        "--steps", "2", NULL};
     const char *generic[] = {"OPENBLAS_CORETYPE=Prescott", NULL};
-    for (int told = 0; told < 2; told++) {
+    /* an OpenBLAS built for one target (not DYNAMIC_ARCH, as Debian's is) has no choice to make */
+    int runs = strstr(openblas_get_config(), "DYNAMIC_ARCH") ? 2 : 1;
+    for (int told = 0; told < runs; told++) {
         char expect[96];
         snprintf(expect, sizeof(expect), "OpenBLAS %s kernels", told ? "Prescott" : better ? better : chosen);
         proc p;

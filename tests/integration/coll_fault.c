@@ -3,6 +3,7 @@
  *   coll_fault mismatch-count  rank r all-reduces 1000 + r elements
  *   coll_fault mismatch-kind   rank 0 all-reduces while the others broadcast
  *   coll_fault mismatch-barrier rank 0 enters a barrier while the others all-reduce
+ *   coll_fault mismatch-root   ranks 0 and 1 broadcast, each naming the other the root
  *   coll_fault late            rank 1 never calls the all-reduce rank 0 waits in
  *   coll_fault bad-offset      rank 0 all-reduces memory from ddp_alloc; rank 1 plays a
  *                              hostile member: it posts the same call in its own segment's
@@ -45,9 +46,9 @@ static int segments(shm_head **heads, int max) {
     return n;
 }
 
-/* Rank 1 of 2, without calling the collective (kind): once rank 0's header shows its call,
- * posts the same call in its own header with its input in (region, offset), and the
- * call's first phase, which rank 0 waits for. Its own segment is the one whose header does
+/* Rank 1 of 2, without calling the collective (kind): once rank 0 has posted its call
+ * (its arrival), posts the same call in its own header with its input in (region,
+ * offset), as the phase rank 0 waits for. Its own segment is the one whose header does
  * not show rank 0's call. */
 static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
     shm_head *heads[2], *theirs = NULL, *mine = NULL;
@@ -60,7 +61,8 @@ static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
                                                                                       : atomic_load(&heads[1]->posted);
     for (int tries = 0; !theirs && tries < 30000; tries++) { /* 30 s */
         for (int k = 0; k < 2; k++)
-            if (heads[k]->call.kind == (uint32_t)kind && heads[k]->call.count == FORGED_COUNT) {
+            if (heads[k]->call.kind == (uint32_t)kind && heads[k]->call.count == FORGED_COUNT &&
+                atomic_load(&heads[k]->posted) > before) {
                 theirs = heads[k];
                 mine = heads[1 - k];
             }
@@ -68,15 +70,14 @@ static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
             usleep(1000);
     }
     if (!theirs) {
-        printf("forging: rank 0 never made its call\n");
+        printf("forging: rank 0 never posted its call\n");
         return -1;
     }
-    usleep(1000); /* rank 0 writes its header before it waits: let it finish (a broadcast's peer posts nothing) */
     shm_call forged = theirs->call;
     forged.region = region;
     forged.offset = offset;
     mine->call = forged;
-    uint64_t phase = before + 1;
+    uint64_t phase = atomic_load(&theirs->posted);
     atomic_store(&mine->posted, phase);
     atomic_store(&mine->word, (uint32_t)phase);
     syscall(SYS_futex, (uint32_t *)&mine->word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -112,6 +113,8 @@ int main(int argc, char **argv) {
         r = ddp_all_reduce(g, buf, 1000 + (size_t)rank, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "mismatch-kind")) {
         r = rank == 0 ? ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM) : ddp_broadcast(g, buf, 1000, DDP_F32, 0);
+    } else if (!strcmp(mode, "mismatch-root")) { /* each names the other as the root: both wait as peers */
+        r = ddp_broadcast(g, buf, 1000, DDP_F32, 1 - rank);
     } else if (!strcmp(mode, "mismatch-barrier")) {
         r = rank == 0 ? ddp_barrier(g) : ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "alloc-mismatch")) {

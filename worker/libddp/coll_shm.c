@@ -220,50 +220,57 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
 }
 
 /* A broadcast through the root's staging buffer goes in pieces, a ring of them: the peers
- * copy one out while the root copies the next in. */
+ * copy one out while the root copies the next in. From a root buffer in one of its regions
+ * (ddp_alloc's memory, as dp mode's parameters) of at least BROADCAST_IN_PLACE_MIN_BYTES,
+ * the peers copy it where it lies and the root waits for them; a smaller one goes through
+ * the ring, so the root need not wait (MPI's eager protocol). */
 #define BROADCAST_SLOTS 16
+#define BROADCAST_IN_PLACE_MIN_BYTES (64u << 10)
 
-/* The root: its buffer, where it lies in one of its regions (ddp_alloc's memory, as dp
- * mode's parameters), is read there by the peers, and the root returns once they have
- * (its buffer is the caller's again); otherwise it is copied into the ring piece by piece,
- * each posted as it lands, a slot reused once every peer has posted that it copied the
- * piece before. */
+/* Phases: every rank posts 1 + pieces (1 + 1 in place). A peer posts its arrival, then
+ * one phase per piece it has copied; the root one per piece it has copied in (the first
+ * is also its arrival), and a last one to match. */
 static int broadcast_give(comm *c, const coll_args *a) {
     shm_plane *s = state(c)->plane;
     const comm_call *call = &a->call;
     int n = c->peers.world, me = c->peers.rank;
     size_t es = dtype_size(call->t);
+    uint64_t base = shm_phase(s);
     if (shm_input_shared(s)) {
         for (int r = 0; r < n; r++)
             if (r != me)
                 comm_count_sent(c, r, call->count * es);
         shm_post(s);
+        TRY(shm_wait_all(c, s, base + 1, call)); /* every peer called the same (a mismatch fails now) */
+        TRY(shm_wait_all(c, s, base + 2, call)); /* ... and copied it: the buffer is the caller's again */
+        shm_post(s);
         shm_release(s);
-        return shm_wait_free(c, s, call);
+        return 0;
     }
-    uint64_t piece = chunk_elems(call->t, BROADCAST_SLOTS), base = shm_phase(s), k = 0;
+    uint64_t piece = chunk_elems(call->t, BROADCAST_SLOTS), k = 0;
     for (uint64_t off = 0; off < call->count; off += piece, k++) {
         uint64_t len = call->count - off < piece ? call->count - off : piece;
         if (k >= BROADCAST_SLOTS) /* the slot's last piece is copied out everywhere */
-            TRY(shm_wait_all(c, s, base + k - BROADCAST_SLOTS + 1, call));
+            TRY(shm_wait_all(c, s, base + k - BROADCAST_SLOTS + 2, call));
         memcpy(shm_buffer(s, me) + (k % BROADCAST_SLOTS) * piece * es, (const char *)a->recv + off * es, len * es);
         for (int r = 0; r < n; r++)
             if (r != me)
                 comm_count_sent(c, r, len * es);
         shm_post(s);
     }
+    shm_post(s);
     shm_release(s); /* the next call writes the ring once every peer has copied the last piece */
     return 0;
 }
 
 /* A peer: the root's first post says where its buffer is; from a region it copies it
- * whole, else each piece once the root has posted it; and posts each copy. */
+ * whole, else each piece once the root has posted it. */
 static int broadcast_take(comm *c, const coll_args *a) {
     shm_plane *s = state(c)->plane;
     const comm_call *call = &a->call;
     int root = call->root;
     size_t es = dtype_size(call->t);
-    uint64_t base = shm_phase(s);
+    uint64_t base = shm_post(s) - 1; /* its arrival: a rank that waits for this one sees its call */
     TRY(shm_wait(c, s, root, base + 1, call));
     const char *root_buf;
     TRY(shm_peer_input(c, s, call, root, &root_buf));
@@ -292,7 +299,8 @@ static int broadcast(comm *c, const coll_args *a) {
         return 0;
     shm_plane *s = state(c)->plane;
     bool root = c->peers.rank == a->call.root;
-    TRY(shm_begin(c, s, &a->call, root ? a->recv : NULL, false));
+    bool large = a->call.count * dtype_size(a->call.t) >= BROADCAST_IN_PLACE_MIN_BYTES;
+    TRY(shm_begin(c, s, &a->call, root && large ? a->recv : NULL, false));
     return root ? broadcast_give(c, a) : broadcast_take(c, a);
 }
 

@@ -16,8 +16,9 @@ const char *blas_kernels_in_use(void) {
 }
 
 unsigned blas_cpu_features(void) {
-    __builtin_cpu_init(); /* libgcc's CPU model: checks the OS saves the AVX state too */
     unsigned f = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init(); /* libgcc's CPU model: checks the OS saves the AVX state too */
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         f |= BLAS_CPU_AVX2_FMA;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
@@ -25,6 +26,7 @@ unsigned blas_cpu_features(void) {
         f |= BLAS_CPU_AVX512;
     if ((f & BLAS_CPU_AVX512) && __builtin_cpu_supports("avx512bf16"))
         f |= BLAS_CPU_AVX512_BF16;
+#endif
     return f;
 }
 

@@ -90,15 +90,20 @@ static int dp_alloc_rank0(dp_state *s) {
 
 /* A model on the host keeps its parameters and gradients where the collectives read them
  * in place (sync_shared_block): each step's broadcast of the parameters and sum of the
- * gradients then copy nothing into a staging buffer first. Every rank places both. */
+ * gradients then copy nothing into a staging buffer first. Every rank allocates both (a
+ * collective, whatever its device); a rank whose model is not on the host stages through
+ * its own buffers and gives them back. */
 static int dp_place_blocks(const sync_ctx *c) {
-    if (!c->staging->direct)
-        return 0;
     float *params, *grads;
     TRY(sync_shared_block(c, "parameters", &params));
     TRY(sync_shared_block(c, "gradients", &grads));
-    model_lend(c->m, MODEL_PARAMS, params);
-    model_lend(c->m, MODEL_GRADS, grads);
+    if (!c->staging->direct) {
+        ddp_free(c->g, params);
+        ddp_free(c->g, grads);
+        return 0;
+    }
+    if (model_lend(c->m, MODEL_PARAMS, params) < 0 || model_lend(c->m, MODEL_GRADS, grads) < 0)
+        return sync_fail(c, -EINVAL, "the model cannot take its parameters and gradients in shared memory");
     return 0;
 }
 

@@ -227,6 +227,11 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
 #define BROADCAST_SLOTS 16
 #define BROADCAST_IN_PLACE_MIN_BYTES (64u << 10)
 
+/* Where piece k of a broadcast lies in rank r's ring. */
+static char *broadcast_slot(const shm_plane *s, int r, uint64_t k, uint64_t piece, size_t es) {
+    return shm_buffer(s, r) + (k % BROADCAST_SLOTS) * piece * es;
+}
+
 /* Phases: every rank posts 1 + pieces (1 + 1 in place). A peer posts its arrival, then
  * one phase per piece it has copied; the root one per piece it has copied in (the first
  * is also its arrival), and a last one to match. */
@@ -252,7 +257,7 @@ static int broadcast_give(comm *c, const coll_args *a) {
         uint64_t len = call->count - off < piece ? call->count - off : piece;
         if (k >= BROADCAST_SLOTS) /* the slot's last piece is copied out everywhere */
             TRY(shm_wait_all(c, s, base + k - BROADCAST_SLOTS + 2, call));
-        memcpy(shm_buffer(s, me) + (k % BROADCAST_SLOTS) * piece * es, (const char *)a->recv + off * es, len * es);
+        memcpy(broadcast_slot(s, me, k, piece, es), (const char *)a->recv + off * es, len * es);
         for (int r = 0; r < n; r++)
             if (r != me)
                 comm_count_sent(c, r, len * es);
@@ -286,7 +291,7 @@ static int broadcast_take(comm *c, const coll_args *a) {
         uint64_t len = call->count - off < piece ? call->count - off : piece;
         if (k > 0)
             TRY(shm_wait(c, s, root, base + k + 1, call));
-        memcpy((char *)a->recv + off * es, shm_buffer(s, root) + (k % BROADCAST_SLOTS) * piece * es, len * es);
+        memcpy((char *)a->recv + off * es, broadcast_slot(s, root, k, piece, es), len * es);
         comm_count_received(c, root, len * es);
         shm_post(s);
     }

@@ -16,4 +16,12 @@ stats() {
     END { printf "%.6g/%.6g\n", b, median(l) }'
 }
 first() { cut -d/ -f1; }
+# Two files of one figure a round, in the same order (the rounds alternate): the ratio of
+# each round's pair, as "median (lowest-highest)". On a machine whose speed swings in
+# minutes a round's two runs share its conditions; the bests of each may not.
+paired() {
+  paste -d' ' "$1" "$2" | awk "$MEDIAN_AWK"'
+    $2 + 0 > 0 { r = $1 / $2; l = l " " r; if (n++ == 0 || r < lo) lo = r; if (n == 1 || r > hi) hi = r }
+    END { if (n) printf "%.2f (%.2f-%.2f)\n", median(l), lo, hi; else print "-" }'
+}
 ratio() { echo "scale=2; $1 / $2" | bc -l; }

@@ -55,7 +55,10 @@ print("%.4f %.4f" % (e["comm_s"] / e["step"] * 1000, (e["comm_s"] - e["peer_wait
   ours 2 mlp 1 dp >> "$out/dp"
   ours 2 mlp 1 ps >> "$out/ps"
 done
-for f in ours1 torch1 ddp torch2 dp ps; do field samples_per_s < "$out/$f" | stats > "$out/$f.s"; done
+for f in ours1 torch1 ddp torch2 dp ps; do
+  field samples_per_s < "$out/$f" > "$out/$f.n"
+  stats < "$out/$f.n" > "$out/$f.s"
+done
 o1=$(cat "$out/ours1.s"); t1=$(cat "$out/torch1.s"); d=$(cat "$out/ddp.s"); t2=$(cat "$out/torch2.s")
 dp=$(cat "$out/dp.s"); ps=$(cat "$out/ps.s")
 comm=$(stats min < "$out/comm_ms"); own=$(stats min < "$out/own_ms"); bench=$(stats min < "$out/bench_ms"); alloc=$(stats min < "$out/alloc_ms"); cold=$(stats min < "$out/cold_ms")
@@ -66,14 +69,18 @@ ma=$(ours 2 mlp 5 ddp | field test_acc)
 ta=$(theirs 2 mlp 5 ddp | field test_acc)
 
 echo "# Fashion-MNIST, mlp, global batch 128, SGD lr 0.01 momentum 0.5, 1 BLAS thread a process;"
-echo "# $rounds rounds alternating, each figure best/median; ratios of the bests; OpenBLAS's ${OPENBLAS_CORETYPE:-own} kernels for both"
-echo "| run | samples/s | against | ratio |"
-echo "|---|---|---|---|"
-echo "| ddp-worker, 1 worker | $o1 | PyTorch, 1 process: $t1 | $(ratio "$(echo "$o1" | first)" "$(echo "$t1" | first)") |"
-echo "| ddp-worker, 2 workers, ddp | $d | PyTorch DDP (gloo), 2 processes: $t2 | $(ratio "$(echo "$d" | first)" "$(echo "$t2" | first)") |"
-echo "| ddp-worker, 2 workers, ddp | $d | ddp-worker, 1 worker: $o1 | $(ratio "$(echo "$d" | first)" "$(echo "$o1" | first)") |"
-echo "| ddp-worker, 2 workers, dp | $dp | ddp-worker, 2 workers, ddp | $(ratio "$(echo "$dp" | first)" "$(echo "$d" | first)") |"
-echo "| ddp-worker, 2 workers, ps | $ps | ddp-worker, 2 workers, ddp | $(ratio "$(echo "$ps" | first)" "$(echo "$d" | first)") |"
+echo "# $rounds rounds alternating, each figure best/median; ratios of the bests, and of each round's pair (median,"
+echo "# lowest-highest); OpenBLAS's ${OPENBLAS_CORETYPE:-own} kernels for both"
+echo "| run | samples/s | against | ratio of the bests | ratio per round |"
+echo "|---|---|---|---|---|"
+row() { # label figure against-label against-figure file against-file
+  echo "| $1 | $2 | $3: $4 | $(ratio "$(echo "$2" | first)" "$(echo "$4" | first)") | $(paired "$out/$5.n" "$out/$6.n") |"
+}
+row "ddp-worker, 1 worker" "$o1" "PyTorch, 1 process" "$t1" ours1 torch1
+row "ddp-worker, 2 workers, ddp" "$d" "PyTorch DDP (gloo), 2 processes" "$t2" ddp torch2
+row "ddp-worker, 2 workers, ddp" "$d" "ddp-worker, 1 worker" "$o1" ddp ours1
+row "ddp-worker, 2 workers, dp" "$dp" "ddp-worker, 2 workers, ddp" "$d" dp ddp
+row "ddp-worker, 2 workers, ps" "$ps" "ddp-worker, 2 workers, ddp" "$d" ps ddp
 echo
 echo "| all-reduce of $((params * 4)) bytes, world 2 | ms (best/median) |"
 echo "|---|---|"
@@ -85,6 +92,7 @@ echo "| ddp-bench --alloc --cold 16 (16 MiB written between calls, as a step's c
 echo "| training / ddp-bench, the bests | $(ratio "$(echo "$comm" | first)" "$(echo "$bench" | first)") |"
 echo "| training from the arrival / ddp-bench, the bests | $(ratio "$(echo "$own" | first)" "$(echo "$bench" | first)") |"
 echo "| the same, the medians | $(ratio "$(echo "$own" | cut -d/ -f2)" "$(echo "$bench" | cut -d/ -f2)") |"
+echo "| training from the arrival / ddp-bench, per round | $(paired "$out/own_ms" "$out/bench_ms") |"
 echo
 echo "| accuracy, 2 workers | ddp-worker | PyTorch |"
 echo "|---|---|---|"

@@ -559,6 +559,23 @@ START_TEST(test_one_rank_gives_up) {
 }
 END_TEST
 
+/* A metrics line's compute is its phases: forward, backward and the optimizer, each
+ * counted (by an epoch's end, every one has taken time), none more than the whole. */
+static void assert_phases(const cJSON *j, const char *line) {
+    bool epoch = !strcmp(cJSON_GetObjectItem(j, "type")->valuestring, "epoch");
+    double compute = cJSON_GetObjectItem(j, "compute_s")->valuedouble, sum = 0;
+    static const char *const phases[] = {"forward_s", "backward_s", "optimizer_s"};
+    for (size_t k = 0; k < sizeof(phases) / sizeof(phases[0]); k++) {
+        const cJSON *x = cJSON_GetObjectItem(j, phases[k]);
+        ck_assert_msg(cJSON_IsNumber(x), "%s missing in %s", phases[k], line);
+        ck_assert_msg(epoch ? x->valuedouble > 0 : x->valuedouble >= 0, "%s is %g: %s", phases[k], x->valuedouble,
+                      line);
+        sum += x->valuedouble;
+    }
+    ck_assert_msg(fabs(sum - compute) <= 1e-6 * (1 + compute), "the phases sum to %g, compute_s is %g: %s", sum,
+                  compute, line);
+}
+
 /* --metrics with %r: every rank writes JSON lines per step and per epoch. */
 START_TEST(test_metrics) {
     char pattern[128];
@@ -589,20 +606,37 @@ START_TEST(test_metrics) {
                 ck_assert_msg(cJSON_GetObjectItem(j, keys[k]), "%s missing in %s", keys[k], line);
             if (!strcmp(type, "epoch"))
                 ck_assert_msg(cJSON_GetObjectItem(j, "test_accuracy"), "%s", line);
+            assert_phases(j, line);
             cJSON_Delete(j);
         }
         ck_assert_int_eq(steps, 16); /* 512 samples, batch 32 */
         ck_assert_int_eq(epochs, 1);
         free(text);
     }
-    /* Without %r only rank 0 writes, and the ranks stay in step all the same. */
-    char only[128];
-    snprintf(only, sizeof(only), "%s/rank0-only.jsonl", dir);
-    const char *rank0[] = {"--metrics", only, "--epochs", "2", "--batch-size", "32", NULL};
-    code = train(&p, 2, rank0);
-    ck_assert_msg(code == 0, "%s", proc_output_tail(&p));
-    proc_close(&p);
-    ck_assert_int_eq(access(only, R_OK), 0);
+    /* Without %r only rank 0 writes, and the ranks stay in step all the same; dp and ps
+     * count their phases too. */
+    static const char *const modes[] = {"ddp", "dp", "ps"};
+    for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
+        char only[128];
+        snprintf(only, sizeof(only), "%s/rank0-only-%s.jsonl", dir, modes[k]);
+        const char *rank0[] = {"--metrics", only, "--epochs", "2", "--batch-size", "32", "--mode", modes[k], NULL};
+        code = train(&p, 2, rank0);
+        ck_assert_msg(code == 0, "%s: %s", modes[k], proc_output_tail(&p));
+        proc_close(&p);
+        char *text;
+        size_t n;
+        read_file(only, &text, &n);
+        text[n] = '\0';
+        while (n > 0 && text[n - 1] == '\n')
+            text[--n] = '\0';
+        char *last = strrchr(text, '\n'); /* the last line: the second epoch's */
+        last = last ? last + 1 : text;
+        cJSON *j = cJSON_Parse(last);
+        ck_assert_msg(j && !strcmp(cJSON_GetObjectItem(j, "mode")->valuestring, modes[k]), "%s: %s", modes[k], last);
+        assert_phases(j, last);
+        cJSON_Delete(j);
+        free(text);
+    }
 }
 END_TEST
 

@@ -140,6 +140,9 @@ void metrics_write(trainer *t, const char *kind, double loss, double accuracy, d
     cJSON_AddNumberToObject(j, "samples_per_s", samples_per_s);
     cJSON_AddNumberToObject(j, "seconds", seconds);
     cJSON_AddNumberToObject(j, "compute_s", t->times.compute_s);
+    cJSON_AddNumberToObject(j, "forward_s", t->times.forward_s);
+    cJSON_AddNumberToObject(j, "backward_s", t->times.backward_s);
+    cJSON_AddNumberToObject(j, "optimizer_s", t->times.optimizer_s);
     cJSON_AddNumberToObject(j, "comm_s", t->times.comm_s);
     cJSON_AddNumberToObject(j, "wait_s", t->times.wait_s);
     cJSON_AddNumberToObject(j, "peer_wait_s", t->times.peer_wait_s);

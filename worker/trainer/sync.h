@@ -20,6 +20,9 @@
 typedef struct {
     double compute_s, comm_s, wait_s; /* this rank's time in each, summed over the steps */
     double peer_wait_s;               /* of comm_s, the collectives waiting for the other ranks to call them */
+    /* Of compute_s: forward with the loss, backward (on a GPU: until its kernels are
+     * queued; the rest shows in comm_s or wait_s), and the optimizer's step. */
+    double forward_s, backward_s, optimizer_s;
 } sync_times;
 
 /* What a mode works with; the trainer owns all of it. */
@@ -80,5 +83,7 @@ double sync_forward_local(const sync_ctx *c, int B);
 int sync_shared_block(const sync_ctx *c, const char *what, float **ret);
 /* One SGD step with momentum over the parameters this rank holds velocity for. */
 void sync_sgd_step(const sync_ctx *c);
+/* Adds a step's compute, by phase (sync_times), to ctx->times. */
+void sync_count_compute(const sync_ctx *c, double forward_s, double backward_s, double optimizer_s);
 /* Seconds on the monotonic clock, for the step's timers. */
 double sync_now(void);

@@ -146,6 +146,7 @@ static int ddp_step_on_devices(ddp_state *s, int B, double *ret_loss) {
     backend *b = m->b;
     double t0 = sync_now();
     double loss = sync_forward_local(c, B);
+    double tf = sync_now();
     s->error = 0;
     model_backward(m, c->batch->dlogits, B, on_layer_done, s);
     if (s->error) /* sync_fail has said why */
@@ -163,7 +164,7 @@ static int ddp_step_on_devices(ddp_state *s, int B, double *ret_loss) {
     sync_sgd_step(c);
     b->ops->synchronize(b);
     double t3 = sync_now();
-    c->times->compute_s += (t1 - t0) + (t3 - t2);
+    sync_count_compute(c, tf - t0, t1 - tf, t3 - t2);
     c->times->comm_s += t2 - t1; /* the rest of backward and the all-reduces, overlapped */
     *ret_loss = loss;
     return 0;
@@ -179,6 +180,7 @@ static int ddp_step(void *state, int B, double *ret_loss) {
     double t0 = sync_now(), waited0 = 0, waited1 = 0;
     ddp_get_arrival_wait(c->g, &waited0);
     double loss = sync_forward_local(c, B);
+    double tf = sync_now();
     s->error = 0;
     memset(s->req, 0, sizeof(s->req));
     model_backward(m, c->batch->dlogits, B, on_layer_done, s);
@@ -217,7 +219,7 @@ static int ddp_step(void *state, int B, double *ret_loss) {
     sync_sgd_step(c);
     model_synchronize(m);
     double t4 = sync_now();
-    c->times->compute_s += (t1 - t0) + (t4 - t3);
+    sync_count_compute(c, tf - t0, t1 - tf, t4 - t3);
     c->times->comm_s += t1b - t1; /* the last bucket's all-reduce, in the open */
     c->times->wait_s += t2 - t1b; /* async buckets backward did not hide */
     c->times->comm_s += t3 - t2;

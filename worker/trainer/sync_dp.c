@@ -213,7 +213,7 @@ static int dp_step(void *state, int B, double *ret_loss) {
     if ((r = ddp_broadcast(c->g, &loss, 1, DDP_F64, 0)) < 0)
         return sync_fail(c, r, "broadcasting the loss: %s", ddp_last_error(c->g));
     double c9 = sync_now();
-    c->times->compute_s += (c2 - c1) + (c4 - c3) + (c6 - c5) + (c8 - c7);
+    sync_count_compute(c, (c2 - c1) + (c4 - c3), c6 - c5, c8 - c7); /* the loss (rank 0) with forward */
     c->times->comm_s += (c1 - c0) + (c3 - c2) + (c5 - c4) + (c7 - c6) + (c9 - c8);
     *ret_loss = loss;
     return 0;

@@ -86,6 +86,7 @@ static int ps_step(void *state, int B, double *ret_loss) {
     staging *st = c->staging;
     double t0 = sync_now();
     double loss = sync_forward_local(c, B);
+    double tf = sync_now();
     s->error = 0;
     model_backward(m, c->batch->dlogits, B, on_layer_done, s);
     float *grads = staging_block_wire(st, MODEL_GRADS, st->grads, false);
@@ -115,8 +116,9 @@ static int ps_step(void *state, int B, double *ret_loss) {
         sync_sgd_step(c);
     model_synchronize(m);
     double t3 = sync_now();
-    c->times->compute_s += (t1 - t0) + (t3 - t2);
-    c->times->comm_s += t2 - t1; /* pulling the averages: ddpd's reduction and the transfer */
+    sync_count_compute(c, tf - t0, t1 - tf, t3 - t2); /* backward counts its pushes */
+    /* pulling the averages: ddpd's reduction and the transfer */
+    c->times->comm_s += t2 - t1;
     *ret_loss = loss;
     return 0;
 }

@@ -39,6 +39,9 @@ static void setup(void) {
             x->compute_s = 0.2;
             x->comm_s = 0.1;
             x->wait_s = 0.05;
+            x->forward_s = 0.08;
+            x->backward_s = 0.1;
+            x->optimizer_s = i == 0 && r == 1 ? 0 : 0.02; /* dp: rank 0 alone steps */
         }
         m->imbalance = i == 0 ? 2 : 1;
         m->link_from = 1;
@@ -67,7 +70,9 @@ START_TEST(test_table) {
     char *t = render(compare_write_table, &r);
     ck_assert_msg(strstr(t, "| mode | transport | samples/s |"), "%s", t);
     /* per step and rank: 0.2 s compute over 100 steps is 2 ms */
-    ck_assert_msg(strstr(t, "| dp | shm | 1000 | 2.00 / 1.00 / 0.50 | 2.0 MiB, 1.0 MiB | 2.00 | 20 MiB, 20 MiB |"),
+    ck_assert_msg(strstr(t,
+                         "| dp | shm | 1000 | 2.00 / 1.00 / 0.50 | 0.80 / 1.00 / 0.20, 0.80 / 1.00 / 0.00 | 2.0 MiB, "
+                         "1.0 MiB | 2.00 | 20 MiB, 20 MiB |"),
                   "%s", t);
     ck_assert_msg(strstr(t, "| 3.0 MiB / 1.5 KiB, 3.0 MiB / 1.5 KiB | rank 1 -> rank 0: 3.0 MiB | 0.5000 | 0.8125 |"),
                   "%s", t);
@@ -122,6 +127,9 @@ START_TEST(test_json) {
     const cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItem(dp, "ranks"), 0);
     ck_assert_double_eq(cJSON_GetObjectItem(rank0, "peak_tracked_bytes")->valuedouble, 2 * 1048576.0);
     ck_assert_double_eq(cJSON_GetObjectItem(rank0, "comm_s")->valuedouble, 0.1);
+    ck_assert_double_eq(cJSON_GetObjectItem(rank0, "optimizer_s")->valuedouble, 0.02);
+    const cJSON *rank1 = cJSON_GetArrayItem(cJSON_GetObjectItem(dp, "ranks"), 1);
+    ck_assert_double_eq(cJSON_GetObjectItem(rank1, "optimizer_s")->valuedouble, 0);
     const cJSON *link = cJSON_GetObjectItem(ps, "busiest_link");
     ck_assert_str_eq(cJSON_GetObjectItem(link, "to")->valuestring, "ddpd");
     ck_assert_int_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(dp, "busiest_link"), "to")->valueint, 0);

@@ -20,10 +20,11 @@ static void fmt_bytes(double b, char *buf, size_t size) {
 
 /* The table, as Markdown: the terminal shows it, report.md keeps it. */
 static void write_modes(FILE *f, const mode_result *m, int n_modes) {
-    fprintf(
-        f, "| mode | transport | samples/s | step ms: compute / comm / wait | peak tracked memory per rank | imbalance "
-           "(max/min) | peak RSS per rank | sent / received per rank | busiest link | final loss | accuracy |\n");
-    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    fprintf(f,
+            "| mode | transport | samples/s | step ms: compute / comm / wait | step ms per rank: forward / backward / "
+            "optimizer | peak tracked memory per rank | imbalance (max/min) | peak RSS per rank | sent / received per "
+            "rank | busiest link | final loss | accuracy |\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n_modes; i++) {
         const mode_result *r = &m[i];
         double steps = r->steps > 0 ? r->steps : 1, c = 0, co = 0, w = 0;
@@ -34,6 +35,10 @@ static void write_modes(FILE *f, const mode_result *m, int n_modes) {
         }
         fprintf(f, "| %s | %s | %.0f | %.2f / %.2f / %.2f | ", r->mode, r->transport, r->samples_per_s,
                 c / r->world / steps * 1e3, co / r->world / steps * 1e3, w / r->world / steps * 1e3);
+        for (int k = 0; k < r->world; k++) /* dp's rank 0 alone steps the optimizer */
+            fprintf(f, "%s%.2f / %.2f / %.2f", k ? ", " : "", r->ranks[k].forward_s / steps * 1e3,
+                    r->ranks[k].backward_s / steps * 1e3, r->ranks[k].optimizer_s / steps * 1e3);
+        fprintf(f, " | ");
         char b1[32], b2[32];
         for (int k = 0; k < r->world; k++) {
             fmt_bytes(r->ranks[k].peak_tracked, b1, sizeof(b1));
@@ -93,6 +98,9 @@ static cJSON *mode_json(const mode_result *r) {
         cJSON_AddNumberToObject(o, "compute_s", x->compute_s);
         cJSON_AddNumberToObject(o, "comm_s", x->comm_s);
         cJSON_AddNumberToObject(o, "wait_s", x->wait_s);
+        cJSON_AddNumberToObject(o, "forward_s", x->forward_s);
+        cJSON_AddNumberToObject(o, "backward_s", x->backward_s);
+        cJSON_AddNumberToObject(o, "optimizer_s", x->optimizer_s);
         cJSON_AddItemToArray(ranks, o);
     }
     return j;

@@ -10,6 +10,7 @@ typedef struct {
     double peak_tracked, peak_rss_kb, sent, received;
     double device_used; /* what the GPU itself reports in use (cudaMemGetInfo); -1 on the CPU */
     double compute_s, comm_s, wait_s;
+    double forward_s, backward_s, optimizer_s; /* of compute_s */
 } rank_result;
 
 typedef struct {

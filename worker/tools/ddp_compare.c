@@ -132,6 +132,9 @@ static int collect(const char *out, const char *tag, mode_result *m, int world, 
         rr->compute_s = number(e, "compute_s");
         rr->comm_s = number(e, "comm_s");
         rr->wait_s = number(e, "wait_s");
+        rr->forward_s = number(e, "forward_s");
+        rr->backward_s = number(e, "backward_s");
+        rr->optimizer_s = number(e, "optimizer_s");
         min = r == 0 || rr->peak_tracked < min ? rr->peak_tracked : min;
         max = r == 0 || rr->peak_tracked > max ? rr->peak_tracked : max;
         const cJSON *to = cJSON_GetObjectItem(e, "bytes_to");

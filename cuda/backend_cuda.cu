@@ -284,7 +284,7 @@ void cuda_fail(const char *call, const char *error, const char *file, int line) 
     exit(BACKEND_EXIT_DEVICE_ERROR);
 }
 
-extern "C" int backend_cuda_device_count(char *err, size_t err_size) {
+static int cuda_device_count(char *err, size_t err_size) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaErrorInsufficientDriver) {
@@ -307,9 +307,8 @@ extern "C" int backend_cuda_device_count(char *err, size_t err_size) {
     return n;
 }
 
-extern "C" int backend_cuda_open(backend *ret, int device, backend_fatal_fn fatal, void *ctx, char *err,
-                                 size_t err_size) {
-    int n = backend_cuda_device_count(err, err_size);
+static int cuda_open(backend *ret, int device, backend_fatal_fn fatal, void *ctx, char *err, size_t err_size) {
+    int n = cuda_device_count(err, err_size);
     if (n < 0)
         return n;
     if (device < 0 || device >= n) {
@@ -344,3 +343,11 @@ extern "C" int backend_cuda_open(backend *ret, int device, backend_fatal_fn fata
     CUDA_TRY(cudaMalloc(&c->correct, sizeof(*c->correct)));
     return 0;
 }
+
+/* What the worker looks up once it has loaded this module (backend.h). */
+extern "C" __attribute__((visibility("default"))) const backend_cuda_module ddp_backend_cuda = {
+    .ops_size = sizeof(backend_ops),
+    .version = DDP_VERSION,
+    .open = cuda_open,
+    .device_count = cuda_device_count,
+};

@@ -19,7 +19,7 @@ cmake --build "$out" -j"$(nproc)"
 # runtime and CUDA's own libraries (cudart, cuBLAS, NCCL: hundreds of MiB), which must come
 # from that machine's driver and toolkit (run.sh also looks for pip's NCCL).
 rm -rf "$out/deps-lib" && mkdir -p "$out/deps-lib"
-for f in "$out"/bin/*; do ldd "$f" 2>/dev/null || true; done |
+for f in "$out"/bin/* $(find "$out" -path '*/ddpd/backend_cuda.so'); do ldd "$f" 2>/dev/null || true; done |
   awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so' |
   while read -r lib; do cp -L "$lib" "$out/deps-lib/"; done

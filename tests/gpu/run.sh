@@ -57,8 +57,9 @@ if ! gpu=$(nvidia-smi -i 0 --query-gpu=name,memory.total,driver_version --format
   exit 77
 fi
 say "GPU: $gpu"
-missing=$(ldd "$build/bin/ddp-worker" | grep 'not found' || true)
-[ -n "$missing" ] && say "ddp-worker cannot load: $missing"
+missing=$(ldd "$build/bin/ddp-worker" "$build"/lib*/ddpd/backend_cuda.so "$build"/lib/*/ddpd/backend_cuda.so 2>/dev/null |
+  grep 'not found' || true)
+[ -n "$missing" ] && say "ddp-worker or its CUDA module cannot load: $missing"
 
 # 1. The CUDA backend against the CPU backend, op by op (77: it found no usable GPU).
 timeout 120 "$build/bin/check_backend_cuda" >"$out/check" 2>&1

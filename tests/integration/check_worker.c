@@ -436,6 +436,39 @@ START_TEST(test_usage_exit_codes) {
 }
 END_TEST
 
+/* The CUDA backend is a module ddp-worker loads when a GPU is asked for. Where the build
+ * has it, --device cuda:0 reaches the CUDA runtime (with no GPU visible, it says so); a
+ * ddp-worker copied away from the module names the file it cannot load. Without it, the
+ * worker says it was built without. A CPU worker never loads it (ldd has no CUDA). */
+START_TEST(test_cuda_module) {
+    const char *args[] = {"--device", "cuda:0", "--steps", "1", NULL};
+    const char *hidden[] = {"CUDA_VISIBLE_DEVICES=", NULL};
+    proc p;
+    int code = train_env(&p, 1, args, hidden);
+    ck_assert_msg(code == 1, "exit %d: %s", code, proc_output_tail(&p));
+#ifdef DDP_HAVE_CUDA
+    assert_output(&p, "--device cuda:0: no ");
+    ck_assert_msg(!strstr(proc_output(&p), "cannot load"), "%s", proc_output_tail(&p));
+    proc_close(&p);
+    char copy[128], cmd[512];
+    path_in_dir(copy, sizeof(copy), "ddp-worker");
+    snprintf(cmd, sizeof(cmd), "cp %s %s", DDP_WORKER_PATH, copy);
+    ck_assert_int_eq(system(cmd), 0);
+    const char *argv[] = {DDP_RUN_PATH, "-n",      "1",   "--",       copy,     "--data",
+                          dir,          "--model", MODEL, "--device", "cuda:0", NULL};
+    proc_start(&p, argv, NULL);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 1);
+    assert_output(&p, "--device cuda:0: cannot load the CUDA backend: ");
+    assert_output(&p, "/backend_cuda.so: cannot open shared object file");
+#else
+    assert_output(&p, "built without the CUDA backend");
+#endif
+    proc_close(&p);
+    snprintf(cmd, sizeof(cmd), "ldd %s | grep -E 'libcuda|libcublas|libnccl'", DDP_WORKER_PATH);
+    ck_assert_msg(system(cmd) != 0, "ddp-worker links CUDA's libraries: %s", cmd);
+}
+END_TEST
+
 /* Counts a metrics file's step and epoch lines, and whether any is past max_step. */
 static void count_lines(const char *path, int *ret_steps, int *ret_epochs, double *ret_last_step) {
     char *text = read_text(path);
@@ -622,6 +655,7 @@ int main(int argc, char **argv) {
     TCase *exits = add_case(s, tcase_create("exits"));
     tcase_add_test(exits, test_usage_exit_codes);
     tcase_add_test(exits, test_metrics_write_error);
+    tcase_add_test(exits, test_cuda_module);
     TCase *resume = add_case(s, tcase_create("resume"));
     tcase_add_test(resume, test_metrics_across_resume);
     tcase_add_test(resume, test_resume_edges);

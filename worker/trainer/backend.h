@@ -124,10 +124,23 @@ struct backend {
 int backend_cpu_open(backend *ret, int blas_threads);
 /* The CUDA backend (cuda/, when the build has it) on device ordinal `device` as
  * CUDA_VISIBLE_DEVICES numbers them; 0 or a negative error with err saying why (no
- * driver, no such device). fatal is called on any later CUDA error. */
+ * driver, no such device, the module missing). fatal is called on any later CUDA error. */
 int backend_cuda_open(backend *ret, int device, backend_fatal_fn fatal, void *fatal_ctx, char *err, size_t err_size);
 /* GPUs the CUDA runtime sees, or a negative error with err saying why none can be used. */
 int backend_cuda_device_count(char *err, size_t err_size);
+
+/* The CUDA backend is a module, backend_cuda.so, that the two calls above load the first
+ * time (backend_cuda_module.c), from where the build puts it beside the programs: a CPU
+ * worker neither loads CUDA's libraries (half a second of start-up) nor needs them
+ * installed. The module exports this table as BACKEND_CUDA_MODULE_SYMBOL; one from another
+ * build (another version, another backend_ops) is refused. */
+typedef struct {
+    size_t ops_size;     /* sizeof(backend_ops) where the module was built */
+    const char *version; /* DDP_VERSION */
+    int (*open)(backend *ret, int device, backend_fatal_fn fatal, void *fatal_ctx, char *err, size_t err_size);
+    int (*device_count)(char *err, size_t err_size);
+} backend_cuda_module;
+#define BACKEND_CUDA_MODULE_SYMBOL "ddp_backend_cuda"
 
 static inline void backend_close(backend *b) {
     if (b->ops && b->ops->close)

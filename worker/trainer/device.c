@@ -51,7 +51,7 @@ static int device_open(trainer *t, backend *b, const char *dev, const char *flag
 #ifdef DDP_HAVE_CUDA
     char err[256];
     int r = backend_cuda_open(b, gpu, device_failed, t, err, sizeof(err));
-    if (r < 0 && !strcmp(dev, "cuda"))
+    if (r == -ENODEV && !strcmp(dev, "cuda"))
         return trainer_fail(t, r, "%s cuda (GPU %d for LOCAL_RANK %d): %s; cuda:K names one GPU for every rank", flag,
                             gpu, ddp_local_rank(t->g), err);
     return r < 0 ? trainer_fail(t, r, "%s %s: %s", flag, dev, err) : 0;

@@ -50,42 +50,57 @@ static int free_port(void) {
     return ntohs(a.sin_port);
 }
 
-/* Each program at a world it is written for, with the line each rank (or rank 0) prints. */
+/* A line a program prints, and how many times (once by rank 0, or once by each rank). */
+typedef struct {
+    const char *line;
+    int times;
+} expectation;
+
+/* Each program at a world it is written for, run once, with the lines it must print. */
 typedef struct {
     const char *script, *arg;
     int n;
-    const char *expected;
-    int times;
+    expectation expected[4]; /* ended by a NULL line */
 } program;
 
 /* The seed tutorial's programs, in Python. */
 static const program tutorials[] = {
-    {"p2p.py", NULL, 2, "Rank  1  has data  tensor(1.)", 1},
-    {"p2p.py", NULL, 2, "Rank  1  has data  tensor(2.)  (non-blocking)", 1},
-    {"send_back.py", NULL, 3, "Rank 0 sum: [3.0, 5.0, 7.0]", 1},
-    {"gather_reduce.py", NULL, 4, "Rank 0 gathered [0.0, 1.0, 2.0, 3.0]", 1},
-    {"gather_reduce.py", NULL, 4, "Rank 0 has [4.0, 4.0, 4.0]", 1},
-    {"gather_reduce.py", NULL, 4, " has  [12, 16]", 4},
-    {"average_gradients.py", "40", 2, ": parameters identical on every rank", 2},
-    {"average_gradients.py", "40", 4, ": parameters identical on every rank", 4},
+    {"p2p.py", NULL, 2, {{"Rank  1  has data  tensor(1.)", 1}, {"Rank  1  has data  tensor(2.)  (non-blocking)", 1}}},
+    {"send_back.py", NULL, 3, {{"Rank 0 sum: [3.0, 5.0, 7.0]", 1}}},
+    {"gather_reduce.py",
+     NULL,
+     4,
+     {{"Rank 0 gathered [0.0, 1.0, 2.0, 3.0]", 1}, {"Rank 0 has [4.0, 4.0, 4.0]", 1}, {" has  [12, 16]", 4}}},
+    {"average_gradients.py", "40", 2, {{": parameters identical on every rank", 2}}},
+    {"average_gradients.py", "40", 4, {{": parameters identical on every rank", 4}}},
 };
 
 /* DistributedDataParallel, and every collective against references. */
 static const program ddp_programs[] = {
-    {"ddp_toy.py", NULL, 2, "with a comm hook matches one process on the concatenated batch", 2},
-    {"ddp_toy.py", NULL, 3, "with its own all-reduce matches one process on the concatenated batch", 3},
-    {"ddp_toy.py", NULL, 2, ": DDP with PowerSGD: every rank holds the same parameters", 2},
-    {"collectives.py", NULL, 2, ": all checks passed", 2},
-    {"collectives.py", NULL, 3, ": all checks passed", 3},
-    {"collectives.py", NULL, 4, ": all checks passed", 4},
+    {"ddp_toy.py",
+     NULL,
+     2,
+     {{"with its own all-reduce matches one process on the concatenated batch", 2},
+      {"with a comm hook matches one process on the concatenated batch", 2},
+      {": DDP with PowerSGD: every rank holds the same parameters", 2}}},
+    {"ddp_toy.py",
+     NULL,
+     3,
+     {{"with its own all-reduce matches one process on the concatenated batch", 3},
+      {"with a comm hook matches one process on the concatenated batch", 3},
+      {": DDP with PowerSGD: every rank holds the same parameters", 3}}},
+    {"collectives.py", NULL, 2, {{": all checks passed", 2}}},
+    {"collectives.py", NULL, 3, {{": all checks passed", 3}}},
+    {"collectives.py", NULL, 4, {{": all checks passed", 4}}},
 };
 
 static void run_program(const program *prog) {
     proc p;
     int code = run_script(&p, prog->n, prog->script, prog->arg);
     ck_assert_msg(code == 0, "%s -n %d exited %d: %s", prog->script, prog->n, code, proc_output_tail(&p));
-    ck_assert_msg(count_of(&p, prog->expected) == prog->times, "expected '%s' %d times in: %s", prog->expected,
-                  prog->times, proc_output_tail(&p));
+    for (const expectation *e = prog->expected; e->line; e++)
+        ck_assert_msg(count_of(&p, e->line) == e->times, "expected '%s' %d times in: %s", e->line, e->times,
+                      proc_output_tail(&p));
     proc_close(&p);
 }
 

@@ -12,6 +12,13 @@ for f in bin/ddpd bin/ddpctl bin/ddp-run bin/ddp-bench bin/ddp-worker bin/ddp-co
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 "$prefix/bin/ddpd" --version | grep -q "^ddpd "
+# The CUDA backend's module, where it was built: where ddp-worker looks, beside bin/.
+if [ -e "$build_dir/lib/ddpd/backend_cuda.so" ]; then
+  [ -e "$prefix/lib/ddpd/backend_cuda.so" ] || { echo "missing after install: lib/ddpd/backend_cuda.so"; exit 1; }
+  if ldd "$prefix/bin/ddp-worker" | grep -E 'libcudart|libcublas|libnccl'; then
+    echo "the installed ddp-worker links CUDA's libraries"; exit 1
+  fi
+fi
 
 cat > "$prefix/app.c" <<'C'
 #include <ddp/ddp.h>

@@ -5,7 +5,8 @@
 # of its rounds (the machine is shared and noisy); accuracy comes from separate longer runs.
 # Also: the all-reduce inside ddp training (comm time per step, from --metrics) beside
 # ddp-bench's all-reduce of the same size in the same run: as training sees it, and its
-# own time (less the time it waited for the other rank to arrive, peer_wait_s).
+# own time (less the time it waited for the other rank to arrive, peer_wait_s). And two
+# 1-worker jobs at once: the most two workers can do on this machine's two cores.
 #
 #   tests/bench/train_vs_torch.sh BUILD_DIR [ROUNDS] [ANCHORS_DIR]
 #
@@ -39,6 +40,12 @@ kernels=$("$build/bin/ddp-run" -n 1 -- ddp-worker --model linear --steps 1 | sed
 
 for i in $(seq "$rounds"); do
   ours 1 mlp 1 ddp >> "$out/ours1"
+  # Two 1-worker jobs at once, each with its ddpd: no communication, both cores busy. Their
+  # sum is what two workers could reach on this machine if syncing cost nothing.
+  ours 1 mlp 1 ddp > "$out/pair_a" &
+  ours 1 mlp 1 ddp > "$out/pair_b"
+  wait
+  echo "$(field samples_per_s < "$out/pair_a") + $(field samples_per_s < "$out/pair_b")" | bc -l >> "$out/pair.n"
   theirs 1 mlp 1 none >> "$out/torch1"
   rm -f "$out/m.jsonl"
   ours 2 mlp 1 ddp "$out/m.jsonl" >> "$out/ddp"
@@ -59,7 +66,8 @@ for f in ours1 torch1 ddp torch2 dp ps; do
   field samples_per_s < "$out/$f" > "$out/$f.n"
   stats < "$out/$f.n" > "$out/$f.s"
 done
-o1=$(cat "$out/ours1.s"); t1=$(cat "$out/torch1.s"); d=$(cat "$out/ddp.s"); t2=$(cat "$out/torch2.s")
+stats < "$out/pair.n" > "$out/pair.s"
+o1=$(cat "$out/ours1.s"); t1=$(cat "$out/torch1.s"); d=$(cat "$out/ddp.s"); t2=$(cat "$out/torch2.s"); pair=$(cat "$out/pair.s")
 dp=$(cat "$out/dp.s"); ps=$(cat "$out/ps.s")
 comm=$(stats min < "$out/comm_ms"); own=$(stats min < "$out/own_ms"); bench=$(stats min < "$out/bench_ms"); alloc=$(stats min < "$out/alloc_ms"); cold=$(stats min < "$out/cold_ms")
 
@@ -79,6 +87,8 @@ row() { # label figure against-label against-figure file against-file
 row "ddp-worker, 1 worker" "$o1" "PyTorch, 1 process" "$t1" ours1 torch1
 row "ddp-worker, 2 workers, ddp" "$d" "PyTorch DDP (gloo), 2 processes" "$t2" ddp torch2
 row "ddp-worker, 2 workers, ddp" "$d" "ddp-worker, 1 worker" "$o1" ddp ours1
+row "two 1-worker jobs at once (sum)" "$pair" "ddp-worker, 1 worker" "$o1" pair ours1
+row "ddp-worker, 2 workers, ddp" "$d" "two 1-worker jobs at once (sum)" "$pair" ddp pair
 row "ddp-worker, 2 workers, dp" "$dp" "ddp-worker, 2 workers, ddp" "$d" dp ddp
 row "ddp-worker, 2 workers, ps" "$ps" "ddp-worker, 2 workers, ddp" "$d" ps ddp
 echo

@@ -687,7 +687,7 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
                           const wire_msg *msg) {
     char err[DDP_MAX_REASON];
     int r;
-    if (!payload && !j->shm.pushed[m->rank]) {
+    if (!payload && (!j->shm.pushed || !j->shm.pushed[m->rank])) { /* none at all: a job recovered, or no segments */
         snprintf(err, sizeof(err), "bucket %u: pushed in shared memory that rank %d never handed over", bucket,
                  m->rank);
         r = -EPROTO;

@@ -789,6 +789,48 @@ START_TEST(test_ps_doorbell) {
 }
 END_TEST
 
+/* A push "in shared memory" from a rank that handed ddpd no segment is refused by name,
+ * even in a job ddpd holds no segments for at all (one rebuilt from a rejoin after a
+ * restart, as anyone may claim to be): ddpd stays up. */
+START_TEST(test_ps_shared_push_without_segment) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    const uint64_t layout[] = {3}, steps[] = {0};
+    void *s = raw_connect(ctx, d.endpoint);
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.world_size = 2;
+    join.rank = 0;
+    join.mode = (char *)"ps";
+    join.pid = (uint32_t)getpid();
+    join.host = (char *)"test";
+    join.ps_buckets = (uint64_t *)layout;
+    join.n_ps_buckets = 1;
+    join.ps_steps = (uint64_t *)steps;
+    join.n_ps_steps = 1;
+    join.generation = 7; /* a rejoin: the job is rebuilt as running */
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "claimed", -1, 7, 1);
+    env.join = &join;
+    ck_assert_int_eq(wire_send(s, NULL, 0, &env, NULL, 0), 0);
+    ck_assert_msg(proc_expect(&d.p, "rank 0 rejoins after ddpd restarted", WAIT_MS, NULL, 0), "%s",
+                  proc_output_tail(&d.p));
+    Ddp__GradPush body = DDP__GRAD_PUSH__INIT;
+    body.shared = true;
+    wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_PUSH, "claimed", -1, 7, 2);
+    env.grad_push = &body;
+    wire_msg msg;
+    ck_assert_int_eq(raw_request(s, &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ERROR);
+    ck_assert_msg(strstr(msg.env->error->message, "pushed in shared memory that rank 0 never handed over"), "%s",
+                  msg.env->error->message);
+    wire_msg_close(&msg);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0); /* still running, and stops cleanly */
+}
+END_TEST
+
 START_TEST(test_ddpd_flags) {
     struct {
         const char *args[4];
@@ -1176,6 +1218,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_jobs_side_by_side);
     tcase_add_test(tc, test_parameter_server);
     tcase_add_test(tc, test_ps_doorbell);
+    tcase_add_test(tc, test_ps_shared_push_without_segment);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

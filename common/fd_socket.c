@@ -34,18 +34,43 @@ int fd_socket_send(int sock, int fd, int32_t rank) {
     return sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof(rank) ? 0 : -errno;
 }
 
+/* Closes every descriptor msg carried: what a refused message brought must not stay open. */
+static void close_passed(struct msghdr *msg) {
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len < CMSG_LEN(0))
+            continue;
+        size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            close(fd);
+        }
+    }
+}
+
 int fd_socket_recv(int sock, uint64_t deadline_ms, int *ret_fd, int32_t *ret_rank) {
     struct pollfd pfd = {.fd = sock, .events = POLLIN};
     int n = poll(&pfd, 1, clock_ms_until(deadline_ms));
     if (n <= 0)
         return n == 0 ? -ETIMEDOUT : -errno;
-    char control[CMSG_SPACE(sizeof(int))];
+    /* room for more than the one expected, so that extra descriptors arrive and are closed */
+    union {
+        char bytes[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } control;
     struct iovec iov = {ret_rank, sizeof(*ret_rank)};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof(control)};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof(control.bytes)};
     ssize_t got = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    struct cmsghdr *cm = got == (ssize_t)sizeof(*ret_rank) ? CMSG_FIRSTHDR(&msg) : NULL;
-    if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
-        return got < 0 ? -errno : -EPROTO;
+    if (got < 0)
+        return -errno;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    if (got != (ssize_t)sizeof(*ret_rank) || (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) || !cm ||
+        cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)) ||
+        CMSG_NXTHDR(&msg, cm)) {
+        close_passed(&msg);
+        return -EPROTO;
+    }
     memcpy(ret_fd, CMSG_DATA(cm), sizeof(int));
     return 0;
 }

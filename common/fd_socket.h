@@ -21,5 +21,6 @@ int fd_socket_peer(int sock, fd_peer *ret);
 /* Sends fd with tag (a rank) as the message. */
 int fd_socket_send(int sock, int fd, int32_t tag);
 /* Receives one message of one descriptor and its tag, waiting until deadline_ms (the
- * monotonic clock of common/clock.h): -ETIMEDOUT after, -EPROTO for anything else. */
+ * monotonic clock of common/clock.h): -ETIMEDOUT after, -EPROTO for anything else (whose
+ * descriptors, if any came, are closed). */
 int fd_socket_recv(int sock, uint64_t deadline_ms, int *ret_fd, int32_t *ret_tag);

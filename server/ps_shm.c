@@ -66,7 +66,7 @@ void ps_shm_close(ps_shm *p) {
     *p = (ps_shm){.listener = -1, .average_fd = -1, .doorbell = -1};
 }
 
-int ps_shm_accept(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
+int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, size_t err_size) {
     int sock = accept4(p->listener, NULL, NULL, SOCK_CLOEXEC);
     if (sock < 0) {
         snprintf(err, err_size, "accepting a rank's push segment: %s", strerror(errno));
@@ -82,11 +82,15 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
         return r;
     }
     char *mapped = NULL, why[128];
-    if (rank < 0 || (uint32_t)rank >= p->world) {
+    if (owner >= 0 && (int64_t)who.uid != owner) {
+        snprintf(err, err_size, "pid %d of uid %u handed over a push segment in a job of uid %lld: refused",
+                 (int)who.pid, (unsigned)who.uid, (long long)owner);
+        r = -EPERM;
+    } else if (rank < 0 || (uint32_t)rank >= p->world) {
         snprintf(err, err_size, "pid %d handed over a push segment as rank %d, which the job has not", (int)who.pid,
                  (int)rank);
         r = -EPROTO;
-    } else if ((uint32_t)who.pid != pids[rank]) {
+    } else if (!pids[rank] || (uint32_t)who.pid != pids[rank]) {
         snprintf(err, err_size, "pid %d handed over a push segment as rank %d, whose pid is %u: refused", (int)who.pid,
                  (int)rank, pids[rank]);
         r = -EPERM;

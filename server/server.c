@@ -778,11 +778,11 @@ void server_on_fd(server *s, int fd) {
         }
         if (j->shm.listener != fd)
             continue;
-        uint32_t pids[DDP_MAX_WORLD_SIZE];
+        uint32_t pids[DDP_MAX_WORLD_SIZE] = {0}; /* the kernel's where ddpd has it, not a Join's word */
         for (size_t k = 0; k < j->n_members; k++)
-            pids[j->members[k].rank] = j->members[k].pid;
+            pids[j->members[k].rank] = j->members[k].local_pid;
         char err[DDP_MAX_REASON];
-        if (ps_shm_accept(&j->shm, pids, err, sizeof(err)) < 0) {
+        if (ps_shm_accept(&j->shm, pids, j->owner, err, sizeof(err)) < 0) {
             s->bad_messages++;
             log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "job '%s': %s", j->name, err);
         }

@@ -16,6 +16,9 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/fd_socket.h"
+#include "common/ps_segment.h"
+#include "common/shm_segment.h"
 #include "common/wire.h"
 #include "tests/check_main.h"
 #include "tests/integration/harness.h"
@@ -123,6 +126,77 @@ START_TEST(test_other_user) {
     proc_close(&stranger);
     proc_close(&root0);
     proc_close(&root1);
+    stop_ddpd(&d);
+}
+END_TEST
+
+/* Hands a push segment to a ps job's socket as rank: 0 when ddpd answers with the average
+ * segment, else the error. */
+static int hand_push_segment(const char *socket_name, int rank) {
+    int fd = -1, sock = -1, average = -1;
+    int32_t tag = -1;
+    int r = shm_segment_make("test-ps-push", ps_segment_bytes(4 * sizeof(float), 1), &fd); /* the layout's: {4} */
+    if (r == 0 && (r = fd_socket_connect(socket_name, &sock)) == 0 && (r = fd_socket_send(sock, fd, rank)) == 0)
+        r = fd_socket_recv(sock, clock_now_ms() + 5000, &average, &tag);
+    if (average >= 0)
+        close(average);
+    if (sock >= 0)
+        close(sock);
+    if (fd >= 0)
+        close(fd);
+    return r;
+}
+
+/* root's ps job on root's ddpd: another user who connects to its push-segment socket (its
+ * name is in /proc/net/unix for all to see) is refused as the wrong user, and the rank
+ * itself still hands its segment over. */
+START_TEST(test_ps_segment_of_another_user) {
+    ddpd_proc d;
+    start_ddpd(&d, NULL, NULL);
+    void *ctx = zmq_ctx_new();
+    const uint64_t layout[] = {4};
+    void *members[2];
+    char socket_name[FD_SOCKET_NAME_BYTES] = "";
+    for (int r = 0; r < 2; r++) { /* this process is both ranks */
+        members[r] = raw_connect(ctx, endpoint);
+        Ddp__Join join = DDP__JOIN__INIT;
+        join.world_size = 2;
+        join.rank = r;
+        join.mode = (char *)"ps";
+        join.pid = (uint32_t)getpid();
+        join.host = (char *)"test";
+        join.ps_buckets = (uint64_t *)layout;
+        join.n_ps_buckets = 1;
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "ps-lab", -1, 0, 1);
+        env.join = &join;
+        ck_assert_int_eq(wire_send(members[r], NULL, 0, &env, NULL, 0), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
+        ck_assert_msg(msg.env->welcome->ps_socket && msg.env->welcome->ps_socket[0], "no ps socket in the Welcome");
+        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
+        wire_msg_close(&msg);
+    }
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+            _exit(3);
+        _exit(hand_push_segment(socket_name, 0) < 0 ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the other user's handover: status %d", status);
+    ck_assert_msg(
+        proc_expect(&d.p, "of uid 65534 handed over a push segment in a job of uid 0: refused", WAIT_MS, NULL, 0), "%s",
+        proc_output_tail(&d.p));
+    ck_assert_int_eq(hand_push_segment(socket_name, 0), 0);
+    for (int r = 0; r < 2; r++)
+        zmq_close(members[r]);
+    zmq_ctx_term(ctx);
     stop_ddpd(&d);
 }
 END_TEST
@@ -460,6 +534,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_other_user);
     tcase_add_test(tc, test_quotas);
+    tcase_add_test(tc, test_ps_segment_of_another_user);
     if (geteuid() == 0)
         suite_add_tcase(s, tc);
     TCase *curve = tcase_create("curve");

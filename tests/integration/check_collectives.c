@@ -435,6 +435,21 @@ START_TEST(test_forged_inputs) {
                    "outside what it shared, refused");
     /* ranks that ask ddp_alloc for other sizes: an error, not a hang */
     expect_failure("alloc-mismatch", 3, "failed: ddp_alloc: ");
+    /* a process that is no rank asks for the region while rank 0 hands it over: turned
+     * away, and the ranks go on (its socket's name is no secret) */
+    proc p;
+    const char *program[] = {COLL_FAULT_PATH, "alloc-stranger", NULL};
+    int code = run(&p, 2, program);
+    ck_assert_msg(code == 0, "alloc-stranger exited %d: %s", code, proc_output_tail(&p));
+    char line[128];
+    int refused = 0, served = -1;
+    ck_assert_msg(proc_expect(&p, "stranger: ", 0, line, sizeof(line)) &&
+                      sscanf(strstr(line, "stranger: "), "stranger: refused %d, served %d", &refused, &served) == 2,
+                  "%s", proc_output_tail(&p));
+    ck_assert_msg(refused >= 1 && served == 0, "%s", line);
+    ck_assert_msg(strstr(proc_output(&p), "[rank 0] alloc ok") && strstr(proc_output(&p), "[rank 1] alloc ok"), "%s",
+                  proc_output_tail(&p));
+    proc_close(&p);
 }
 END_TEST
 

@@ -11,16 +11,24 @@
  *   coll_fault bad-region      the same, its input in a region it never shared
  *   coll_fault bad-root        the same as bad-offset, as the root of rank 0's broadcast
  *   coll_fault alloc-mismatch  rank r asks ddp_alloc for 4096 (r + 1) bytes
+ *   coll_fault alloc-stranger  while rank 0 waits in ddp_alloc for rank 1 to fetch the
+ *                              region, a process of the same user that is no rank connects
+ *                              to every "ddp-shm-" socket it finds and asks for it; prints
+ *                              "stranger: refused N, served M", then "alloc ok" per rank
  * Prints "first ok" after the first success, and on failure
  * "failed: CODE (TEXT): LAST_ERROR", exiting 3. */
 #define _GNU_SOURCE /* SYS_futex */
 #include <limits.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -85,6 +93,49 @@ static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
     return 0;
 }
 
+/* Asks the abstract socket name (as /proc/net/unix shows it, "@" first) for a descriptor:
+ * 1 when one came, 0 when the other end closed or said nothing within 2 s. */
+static int ask_for_descriptor(const char *name) {
+    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    size_t n = strnlen(name + 1, sizeof(addr.sun_path) - 2);
+    memcpy(addr.sun_path + 1, name + 1, n);
+    if (sock < 0 ||
+        connect(sock, (struct sockaddr *)&addr, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0) {
+        if (sock >= 0)
+            close(sock);
+        return 0;
+    }
+    struct pollfd pfd = {.fd = sock, .events = POLLIN};
+    char data[8], control[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {data, sizeof(data)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof(control)};
+    int got = poll(&pfd, 1, 2000) == 1 && recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) > 0 && CMSG_FIRSTHDR(&msg);
+    close(sock);
+    return got;
+}
+
+/* The stranger: after rank 0 has had time to listen, every ddp-shm- socket of the host. */
+static void stranger(void) {
+    usleep(300 * 1000);
+    FILE *f = fopen("/proc/net/unix", "r");
+    char line[512];
+    int refused = 0, served = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+        char *at = strstr(line, "@ddp-shm-");
+        if (!at)
+            continue;
+        at[strcspn(at, " \n")] = '\0';
+        if (ask_for_descriptor(at))
+            served++;
+        else
+            refused++;
+    }
+    if (f)
+        fclose(f);
+    printf("stranger: refused %d, served %d\n", refused, served);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "stress";
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -117,6 +168,19 @@ int main(int argc, char **argv) {
         r = ddp_broadcast(g, buf, 1000, DDP_F32, 1 - rank);
     } else if (!strcmp(mode, "mismatch-barrier")) {
         r = rank == 0 ? ddp_barrier(g) : ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
+    } else if (!strcmp(mode, "alloc-stranger")) {
+        if (rank == 1) { /* rank 0 is in ddp_alloc, listening, until rank 1 comes */
+            pid_t child = fork();
+            if (child == 0) {
+                stranger();
+                _exit(0);
+            }
+            waitpid(child, NULL, 0);
+        }
+        if (!ddp_alloc(g, 4096))
+            r = -1;
+        else
+            printf("alloc ok\n");
     } else if (!strcmp(mode, "alloc-mismatch")) {
         if (!ddp_alloc(g, 4096 * ((size_t)rank + 1)))
             r = -1;

@@ -60,9 +60,11 @@ static int agree_recv(comm *c, comm_call *call, int src, int32_t tag, int32_t *r
     comm_frame *f;
     call->root = src;
     TRY(comm_recv(c, src, call, tag, &f));
-    memcpy(ret, f->data, sizeof(*ret));
+    int r = comm_expect_range(c, f, call, 0, 1); /* one value, whole: no read past what came */
+    if (r == 0)
+        memcpy(ret, f->data, sizeof(*ret));
     comm_frame_free(c, f);
-    return 0;
+    return r;
 }
 
 int comm_agree_min(comm *c, int32_t *value) {

@@ -39,7 +39,9 @@ static int pass_offer_on(comm *c, const int *local, int n_local, int k, const ha
 
 /* The leader's side: makes the host's segment, tells each peer where it is, and hands it
  * to each peer that comes, once the kernel says that it is a rank of the job on this host
- * (the same user, the pid ddpd's Welcome gave), and each only once. */
+ * (the same user, the pid ddpd's Welcome gave), and each only once. Anyone else (the
+ * socket's name is no secret: /proc/net/unix lists it) is turned away and the wait goes
+ * on: a stranger must not be able to end the job. */
 static int lead(comm *c, const int *local, int n_local, size_t bytes, int fd, uint64_t deadline_ms) {
     int n = c->peers.world, me = c->peers.rank, listener = -1, r, peers = n_local - 1;
     handover_offer offer = {.bytes = bytes};
@@ -50,6 +52,7 @@ static int lead(comm *c, const int *local, int n_local, size_t bytes, int fd, ui
     if (!served && r == 0)
         r = comm_fail(c, -ENOMEM, "out of memory");
     uid_t uid = getuid();
+    char refused[160] = ""; /* the last stranger, named if the ranks do not all come */
     for (int k = 0; k < peers && r == 0; k++) {
         struct pollfd pfd[2] = {{.fd = listener, .events = POLLIN}, {.fd = c->end->fd, .events = POLLIN}};
         int ready = poll(pfd, 2, clock_ms_until(deadline_ms));
@@ -63,8 +66,8 @@ static int lead(comm *c, const int *local, int n_local, size_t bytes, int fd, ui
         fd_peer cred;
         if (sock < 0 || (r = fd_socket_peer(sock, &cred)) < 0) {
             r = ready == 0 ? -ETIMEDOUT : r < 0 ? r : -errno;
-            comm_fail(c, r, "waiting for the ranks of this host to fetch the shared memory (%d of %d came): %s", k,
-                      peers, strerror(-r));
+            comm_fail(c, r, "waiting for the ranks of this host to fetch the shared memory (%d of %d came): %s%s", k,
+                      peers, strerror(-r), refused);
             if (sock >= 0)
                 close(sock);
             break;
@@ -73,12 +76,12 @@ static int lead(comm *c, const int *local, int n_local, size_t bytes, int fd, ui
         for (int p = 0; p < n; p++)
             if (p != me && c->peers.here[p] && c->peers.pids[p] == (uint32_t)cred.pid)
                 from = p;
-        if (cred.uid != uid || from < 0 || served[from])
-            r = comm_fail(c, -EPERM,
-                          "pid %d of uid %u asked for this host's shared memory; it is not a rank of the job that "
-                          "has yet to fetch it: refused",
-                          (int)cred.pid, (unsigned)cred.uid);
-        else if ((r = fd_socket_send(sock, fd, me)) < 0)
+        if (cred.uid != uid || from < 0 || served[from]) {
+            snprintf(refused, sizeof(refused),
+                     "; refused pid %d of uid %u, which is not a rank of the job that has yet to fetch it",
+                     (int)cred.pid, (unsigned)cred.uid);
+            k--;
+        } else if ((r = fd_socket_send(sock, fd, me)) < 0)
             comm_fail(c, r, "cannot hand rank %d the shared memory: %s", from, strerror(-r));
         else
             served[from] = true;
@@ -100,11 +103,14 @@ static int follow(comm *c, const int *local, int n_local, int k, size_t bytes, s
     comm_frame *f = NULL;
     TRY(comm_recv(c, parent, &call, TAG_SHM_NAME, &f));
     handover_offer offer;
-    memcpy(&offer, f->data, sizeof(offer));
+    int r = comm_expect_range(c, f, &call, 0, sizeof(offer)); /* the whole offer, or none of it is read */
+    if (r == 0)
+        memcpy(&offer, f->data, sizeof(offer));
     comm_frame_free(c, f);
+    TRY(r);
     offer.name[FD_SOCKET_NAME_BYTES - 1] = '\0';
     TRY(pass_offer_on(c, local, n_local, k, &offer, deadline_ms));
-    int sock = -1, got = -1, r;
+    int sock = -1, got = -1;
     int32_t said = -1;
     fd_peer cred;
     if ((r = fd_socket_connect(offer.name, &sock)) < 0 || (r = fd_socket_peer(sock, &cred)) < 0)

@@ -6,6 +6,8 @@
 #include "common/error.h"
 #include "worker/libddp/shm_layout.h"
 
+#define P2P_MAX_EARLY_BYTES (1ull << 30) /* messages read out before their recv, at once: a cap, as the mailboxes' */
+
 /* A message read out of its mailbox before its recv came. */
 typedef struct early {
     shm_record rec;
@@ -17,6 +19,7 @@ struct p2p_shm {
     shm_plane *plane;
     int world;
     early **head, **tail; /* (world) per sender, in send order */
+    uint64_t early_bytes; /* the data they hold */
 };
 
 static void ring_put(shm_ring b, uint64_t at, const void *src, size_t n) {
@@ -125,6 +128,8 @@ int p2p_shm_recv(comm *c, p2p_shm *p, const coll_args *a) {
             p->tail[src] = prev;
         shm_ring none = {0};
         int r = deliver(c, a, &found->rec, none, 0, found->data);
+        if (found->data)
+            p->early_bytes -= found->rec.count * dtype_size((dtype)found->rec.dtype);
         free(found->data);
         free(found);
         return r;
@@ -149,6 +154,9 @@ int p2p_shm_recv(comm *c, p2p_shm *p, const coll_args *a) {
             return r;
         }
         /* another tag's: out of the ring, so that the sender can go on, until its recv */
+        if (!rec.remote && p->early_bytes + bytes > P2P_MAX_EARLY_BYTES)
+            return comm_fail(c, -ENOBUFS, "recv (tag %d): more than %llu MiB came from rank %d under other tags first",
+                             a->tag, P2P_MAX_EARLY_BYTES >> 20, src);
         early *e = calloc(1, sizeof(*e));
         if (!e || (!rec.remote && !(e->data = malloc(bytes ? bytes : 1)))) {
             free(e);
@@ -156,8 +164,10 @@ int p2p_shm_recv(comm *c, p2p_shm *p, const coll_args *a) {
                              (unsigned long long)bytes, src);
         }
         e->rec = rec;
-        if (!rec.remote)
+        if (!rec.remote) {
             ring_get(b, at + sizeof(rec), e->data, bytes);
+            p->early_bytes += bytes;
+        }
         shm_flag_set(shm_ring_consumed(b), at + need);
         if (p->tail[src])
             p->tail[src]->next = e;

@@ -435,6 +435,8 @@ START_TEST(test_forged_inputs) {
                    "outside what it shared, refused");
     /* ranks that ask ddp_alloc for other sizes: an error, not a hang */
     expect_failure("alloc-mismatch", 3, "failed: ddp_alloc: ");
+    expect_failure("alloc-mismatch", 3,
+                   "[rank 0] failed: ddp_alloc: another rank could not take its part"); /* at once */
     /* a process that is no rank asks for the region while rank 0 hands it over: turned
      * away, and the ranks go on (its socket's name is no secret) */
     proc p;

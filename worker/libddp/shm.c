@@ -187,6 +187,19 @@ int shm_region_open(comm *c, shm_plane *s, size_t bytes, void **ret) {
     if (!g->maps)
         return comm_fail(c, -ENOMEM, "out of memory");
     int r = shm_handover(c, "ddp-buffer", bytes, g->maps);
+    /* every rank answers: when a follower asked for another size, the others fail with it */
+    if (r == 0 || r == -EINVAL) {
+        int32_t ok = r == 0;
+        int agreed = comm_agree_min(c, &ok);
+        if (r == 0 && (agreed < 0 || !ok)) {
+            shm_unmap_all(g->maps, s->world, bytes);
+            r = agreed < 0 ? agreed
+                           : comm_fail(c, -EINVAL,
+                                       "another rank could not take its part of the %zu bytes (it asked "
+                                       "for another size): see its error",
+                                       bytes);
+        }
+    }
     if (r < 0) {
         free(g->maps);
         return r;

@@ -508,6 +508,14 @@ static void server_fail_barrier(server *s, job *j, int code, const char *why) {
     j->barrier_arrived = 0;
 }
 
+/* The member of ps job j that left, if any: no average can be made without its pushes. */
+static const job_member *server_ps_leaver(const job *j) {
+    for (size_t i = 0; j->n_ps_layout && i < j->n_members; i++)
+        if (j->members[i].left)
+            return &j->members[i];
+    return NULL;
+}
+
 static void server_on_leave(server *s, const wire_msg *msg) {
     job *j;
     job_member *m;
@@ -526,6 +534,16 @@ static void server_on_leave(server *s, const wire_msg *msg) {
         char why[DDP_MAX_REASON];
         snprintf(why, sizeof(why), "rank %d (pid %u on %s) left the job before the barrier", m->rank, m->pid, m->host);
         server_fail_barrier(s, j, -EPIPE, why);
+    }
+    for (uint32_t b = 0; j->n_ps_layout && b < j->ps.n_buckets; b++) {
+        const ps_bucket *bk = &j->ps.buckets[b];
+        if (bk->n_arrived && !bk->arrived[m->rank]) { /* the others wait for an average that cannot come */
+            char why[DDP_MAX_REASON];
+            snprintf(why, sizeof(why), "rank %d (pid %u on %s) left the job without pushing bucket %u of step %llu",
+                     m->rank, m->pid, m->host, b, (unsigned long long)bk->step);
+            server_abort_job(s, j, -1, -EPIPE, why);
+            return; /* j is gone */
+        }
     }
     if (job_active_members(j) == 0) {
         log_info("job '%s' (generation %llu) finished", j->name, (unsigned long long)j->generation);
@@ -687,7 +705,13 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
                           const wire_msg *msg) {
     char err[DDP_MAX_REASON];
     int r;
-    if (!payload && (!j->shm.pushed || !j->shm.pushed[m->rank])) { /* none at all: a job recovered, or no segments */
+    const job_member *gone = server_ps_leaver(j);
+    if (gone) {
+        snprintf(err, sizeof(err), "bucket %u: rank %d (pid %u on %s) left the job, so no average can be made", bucket,
+                 gone->rank, gone->pid, gone->host);
+        r = -EPIPE;
+    } else if (!payload &&
+               (!j->shm.pushed || !j->shm.pushed[m->rank])) { /* none at all: a job recovered, or no segments */
         snprintf(err, sizeof(err), "bucket %u: pushed in shared memory that rank %d never handed over", bucket,
                  m->rank);
         r = -EPROTO;

@@ -693,6 +693,46 @@ START_TEST(test_parameter_server) {
         zmq_close(a);
         zmq_close(b);
     }
+    /* A rank that leaves: the average it did not push cannot be made, and the one pushed
+     * after it left neither; the others are told who left instead of waiting it out. */
+    for (int order = 0; order < 2; order++) {
+        char job[16];
+        snprintf(job, sizeof(job), "ps-left-%d", order);
+        a = ps_member(ctx, d.endpoint, job, 0, layout, 2);
+        b = ps_member(ctx, d.endpoint, job, 1, layout, 2);
+        void *both[2] = {a, b};
+        for (int k = 0; k < 2; k++) {
+            ck_assert_int_eq(raw_next(both[k], WAIT_MS, &msg), 0);
+            ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
+            generation = msg.env->welcome->generation;
+            wire_msg_close(&msg);
+        }
+        if (order == 0)
+            ck_assert_int_eq(ps_push(a, job, generation, 0, 0, x0, 3, 40), 0);
+        Ddp__Leave leave = DDP__LEAVE__INIT;
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__LEAVE, job, 1, generation, 41);
+        env.leave = &leave;
+        ck_assert_int_eq(wire_send(b, NULL, 0, &env, NULL, 0), 0);
+        if (order == 1) {
+            ck_assert_msg(proc_expect(&d.p, "rank 1 (pid 2001 on test) left", WAIT_MS, NULL, 0), "%s",
+                          proc_output_tail(&d.p));
+            ck_assert_int_eq(ps_push(a, job, generation, 0, 0, x0, 3, 42), 0);
+            ck_assert_int_eq(raw_next(a, WAIT_MS, &msg), 0);
+            ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ERROR);
+            wire_msg_close(&msg);
+        }
+        ck_assert_int_eq(raw_next(a, WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ABORT);
+        const char *expected = order == 0
+                                   ? "rank 1 (pid 2001 on test) left the job without pushing bucket 0 of step 0"
+                                   : "bucket 0: rank 1 (pid 2001 on test) left the job, so no average can be made";
+        ck_assert_msg(strstr(msg.env->abort->reason, expected), "expected '%s' in '%s'", expected,
+                      msg.env->abort->reason);
+        wire_msg_close(&msg);
+        zmq_close(a);
+        zmq_close(b);
+    }
     zmq_ctx_term(ctx);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }

@@ -75,18 +75,23 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, siz
     fd_peer who;
     int fd = -1, r;
     int32_t rank = -1;
-    if ((r = fd_socket_peer(sock, &who)) < 0 ||
-        (r = fd_socket_recv(sock, clock_now_ms() + PS_SHM_WAIT_MS, &fd, &rank)) < 0) {
+    bool member = false; /* one of the job's processes, before ddpd waits for what it says */
+    if ((r = fd_socket_peer(sock, &who)) == 0)
+        for (uint32_t k = 0; k < p->world && !member; k++)
+            member = pids[k] && pids[k] == (uint32_t)who.pid;
+    if (r == 0 && (!member || (owner >= 0 && (int64_t)who.uid != owner))) {
+        snprintf(err, err_size, "pid %d of uid %u is no rank of this job%s: refused before it said a word",
+                 (int)who.pid, (unsigned)who.uid, member ? " (not the job's user)" : "");
+        close(sock);
+        return -EPERM;
+    }
+    if (r < 0 || (r = fd_socket_recv(sock, clock_now_ms() + PS_SHM_WAIT_MS, &fd, &rank)) < 0) {
         snprintf(err, err_size, "a push segment from pid %d: %s", (int)who.pid, error_string(r));
         close(sock);
         return r;
     }
     char *mapped = NULL, why[128];
-    if (owner >= 0 && (int64_t)who.uid != owner) {
-        snprintf(err, err_size, "pid %d of uid %u handed over a push segment in a job of uid %lld: refused",
-                 (int)who.pid, (unsigned)who.uid, (long long)owner);
-        r = -EPERM;
-    } else if (rank < 0 || (uint32_t)rank >= p->world) {
+    if (rank < 0 || (uint32_t)rank >= p->world) {
         snprintf(err, err_size, "pid %d handed over a push segment as rank %d, which the job has not", (int)who.pid,
                  (int)rank);
         r = -EPROTO;

@@ -37,8 +37,8 @@ void ps_shm_close(ps_shm *p);
 /* A rank is connecting: takes its push segment and hands back the average segment, or
  * refuses it with err saying why. pids: the members' by rank, as the kernel gave them
  * where it could (0: none known, refused); owner: the job's user (-1: unknown), whom the
- * connecting process must be. Waits at most PS_SHM_WAIT_MS for the rank's message (it
- * sends it as it connects). */
+ * connecting process must be. Anyone else is refused at once; a member gets at most
+ * PS_SHM_WAIT_MS for its message (it sends it as it connects). */
 int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, size_t err_size);
 #define PS_SHM_WAIT_MS 200
 /* After the doorbell rang: empties it. */

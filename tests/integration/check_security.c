@@ -148,8 +148,8 @@ static int hand_push_segment(const char *socket_name, int rank) {
 }
 
 /* root's ps job on root's ddpd: another user who connects to its push-segment socket (its
- * name is in /proc/net/unix for all to see) is refused as the wrong user, and the rank
- * itself still hands its segment over. */
+ * name is in /proc/net/unix for all to see) is refused at once, before ddpd waits for it
+ * to say anything, and the rank itself still hands its segment over. */
 START_TEST(test_ps_segment_of_another_user) {
     ddpd_proc d;
     start_ddpd(&d, NULL, NULL);
@@ -191,7 +191,7 @@ START_TEST(test_ps_segment_of_another_user) {
     ck_assert_int_eq(waitpid(child, &status, 0), child);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the other user's handover: status %d", status);
     ck_assert_msg(
-        proc_expect(&d.p, "of uid 65534 handed over a push segment in a job of uid 0: refused", WAIT_MS, NULL, 0), "%s",
+        proc_expect(&d.p, "of uid 65534 is no rank of this job: refused before it said a word", WAIT_MS, NULL, 0), "%s",
         proc_output_tail(&d.p));
     ck_assert_int_eq(hand_push_segment(socket_name, 0), 0);
     for (int r = 0; r < 2; r++)

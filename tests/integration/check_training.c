@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -241,7 +242,8 @@ START_TEST(test_ps_shared_memory) {
     int sock = -1, fd = memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING), got = -1;
     int32_t said = -1;
     ck_assert_int_eq(fd_socket_connect(name, &sock), 0);
-    ck_assert_int_eq(fd_socket_send(sock, fd, 1), 0);
+    int sent = fd_socket_send(sock, fd, 1); /* ddpd may have closed it already: it knows the pid is no rank's */
+    ck_assert_msg(sent == 0 || sent == -EPIPE || sent == -ECONNRESET, "%d", sent);
     ck_assert_msg(fd_socket_recv(sock, clock_now_ms() + 5000, &got, &said) < 0, "ddpd handed a segment to an impostor");
     close(sock);
     close(fd);

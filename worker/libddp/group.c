@@ -214,6 +214,10 @@ static void group_free(ddp_group *g) {
     free(g->ps_push_step);
     free(g->ps_average_copy);
     free(g->ps_pull_step);
+    /* before the push segment goes: a push sent as a frame of it may still be in ZeroMQ's
+     * queue (after a ddpd restart), which the context's end waits out */
+    if (g->zmq_ctx)
+        zmq_ctx_term(g->zmq_ctx);
     if (g->ps_pushed)
         munmap(g->ps_pushed, g->ps_bytes);
     if (g->ps_average)
@@ -223,8 +227,6 @@ static void group_free(ddp_group *g) {
     for (size_t i = 0; i < g->n_private_buffers; i++)
         free(g->private_buffers[i]);
     free(g->private_buffers);
-    if (g->zmq_ctx)
-        zmq_ctx_term(g->zmq_ctx);
     free(g);
 }
 

@@ -696,7 +696,7 @@ START_TEST(test_parameter_server) {
     /* A rank that leaves: the average it did not push cannot be made, and the one pushed
      * after it left neither; the others are told who left instead of waiting it out. */
     for (int order = 0; order < 2; order++) {
-        char job[16];
+        char job[24];
         snprintf(job, sizeof(job), "ps-left-%d", order);
         a = ps_member(ctx, d.endpoint, job, 0, layout, 2);
         b = ps_member(ctx, d.endpoint, job, 1, layout, 2);

@@ -25,9 +25,12 @@ int ps_shm_open(ps_shm *p, uint32_t world, size_t float_bytes, size_t n_buckets)
                   .world = world};
     char why[128];
     int r;
-    if (!(p->pushed = calloc(world, sizeof(char *))) || !(p->by_message = calloc(world, sizeof(bool)))) {
+    if (!(p->pushed = calloc(world, sizeof(char *))) || !(p->by_message = calloc(world, sizeof(bool))) ||
+        !(p->by_frame = calloc(world, sizeof(bool)))) {
         free(p->pushed);
+        free(p->by_message);
         p->pushed = NULL;
+        p->by_message = NULL;
         return -ENOMEM;
     }
     if ((p->doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
@@ -61,6 +64,7 @@ void ps_shm_close(ps_shm *p) {
             munmap(p->pushed[r], p->bytes);
     free(p->pushed);
     free(p->by_message);
+    free(p->by_frame);
     if (p->average)
         munmap(p->average, p->bytes);
     *p = (ps_shm){.listener = -1, .average_fd = -1, .doorbell = -1};

@@ -27,6 +27,8 @@ typedef struct {
     char *average;    /* mapped */
     char **pushed;    /* (world) each rank's push segment once handed over, else NULL */
     bool *by_message; /* (world) the rank pushed by message since (it rejoined): it hears of averages so too */
+    bool *by_frame;   /* (world) ... with its gradients in the message (it could not map the average
+                         segment after all): the averages go to it as frames */
     uint32_t world, n_handed;
 } ps_shm;
 

@@ -736,7 +736,7 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
     wire_frame frame = {(void *)ps_average(&j->ps, bucket), j->ps.buckets[bucket].count * sizeof(float)};
     for (size_t i = 0; i < j->n_members; i++) {
         int rank = j->members[i].rank;
-        body.shared = j->shm.pushed && j->shm.pushed[rank];
+        body.shared = j->shm.pushed && j->shm.pushed[rank] && !j->shm.by_frame[rank];
         if (body.shared && !j->shm.by_message[rank])
             continue; /* it reads the average segment's counter */
         Ddp__Envelope env;
@@ -760,8 +760,10 @@ static void server_on_grad_push(server *s, wire_msg *msg) {
         return;
     }
     const Ddp__GradPush *push = msg->env->grad_push;
-    if (j->shm.pushed && j->shm.pushed[m->rank])
+    if (j->shm.pushed && j->shm.pushed[m->rank]) {
         j->shm.by_message[m->rank] = true;
+        j->shm.by_frame[m->rank] |= !push->shared;
+    }
     (void)server_ps_take(s, j, m, push->step, push->bucket, push->shared ? NULL : &msg->payload[0], msg);
 }
 

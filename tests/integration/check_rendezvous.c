@@ -829,6 +829,58 @@ START_TEST(test_ps_doorbell) {
 }
 END_TEST
 
+/* A rank that handed ddpd its push segment and then pushes its gradients in messages (it
+ * could not map the average segment after all, and fell back to frames) hears of each
+ * average as a frame, not as a counter in a segment it never mapped. */
+START_TEST(test_ps_segment_then_frames) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    const uint64_t layout[] = {3};
+    const size_t bytes = ps_segment_bytes(3 * sizeof(float), 1);
+    void *members[2];
+    ps_shared shared[2];
+    char socket_name[FD_SOCKET_NAME_BYTES] = "";
+    uint64_t generation = 0;
+    for (int r = 0; r < 2; r++)
+        members[r] = ps_member_as(ctx, d.endpoint, "fallback", r, layout, 1, (uint32_t)getpid());
+    for (int r = 0; r < 2; r++) {
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
+        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
+        generation = msg.env->welcome->generation;
+        wire_msg_close(&msg);
+    }
+    for (int r = 0; r < 2; r++)
+        ps_share(socket_name, r, bytes, &shared[r]);
+    const float x0[3] = {1, 2, 3}, x1[3] = {3, 4, 5.5f};
+    ck_assert_int_eq(ps_push(members[0], "fallback", generation, 0, 0, x0, 3, 10), 0);
+    ck_assert_int_eq(ps_push(members[1], "fallback", generation, 0, 0, x1, 3, 10), 0);
+    for (int r = 0; r < 2; r++) {
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__GRAD_AVG);
+        ck_assert_msg(!msg.env->grad_avg->shared && msg.n_payload == 1,
+                      "rank %d was told of the average in shared memory", r);
+        ck_assert_uint_eq(zmq_msg_size(&msg.payload[0]), 3 * sizeof(float));
+        float avg[3];
+        memcpy(avg, zmq_msg_data(&msg.payload[0]), sizeof(avg));
+        ck_assert_float_eq(avg[0], 2.0f);
+        ck_assert_float_eq(avg[2], 4.25f);
+        wire_msg_close(&msg);
+    }
+    for (int r = 0; r < 2; r++) {
+        munmap(shared[r].pushed, bytes);
+        munmap(shared[r].average, bytes);
+        close(shared[r].doorbell);
+        zmq_close(members[r]);
+    }
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* A push "in shared memory" from a rank that handed ddpd no segment is refused by name,
  * even in a job ddpd holds no segments for at all (one rebuilt from a rejoin after a
  * restart, as anyone may claim to be): ddpd stays up. */
@@ -1259,6 +1311,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_parameter_server);
     tcase_add_test(tc, test_ps_doorbell);
     tcase_add_test(tc, test_ps_shared_push_without_segment);
+    tcase_add_test(tc, test_ps_segment_then_frames);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

@@ -576,26 +576,8 @@ START_TEST(test_store) {
 END_TEST
 
 /* A job in ps mode: ddpd averages pushes in rank order and refuses any that do not fit. */
-static void *ps_member_as(void *ctx, const char *endpoint, const char *job, int rank, const uint64_t *layout, size_t n,
-                          uint32_t pid) {
-    void *s = raw_connect(ctx, endpoint);
-    Ddp__Join join = DDP__JOIN__INIT;
-    join.world_size = 2;
-    join.rank = rank;
-    join.mode = (char *)"ps";
-    join.pid = pid;
-    join.host = (char *)"test";
-    join.ps_buckets = (uint64_t *)layout;
-    join.n_ps_buckets = n;
-    Ddp__Envelope env;
-    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, job, -1, 0, 1);
-    env.join = &join;
-    ck_assert_int_eq(wire_send(s, NULL, 0, &env, NULL, 0), 0);
-    return s;
-}
-
 static void *ps_member(void *ctx, const char *endpoint, const char *job, int rank, const uint64_t *layout, size_t n) {
-    return ps_member_as(ctx, endpoint, job, rank, layout, n, (uint32_t)(2000 + rank));
+    return raw_ps_join(ctx, endpoint, job, rank, layout, n, (uint32_t)(2000 + rank));
 }
 
 static int ps_push(void *s, const char *job, uint64_t generation, uint64_t step, uint32_t bucket, const float *data,
@@ -608,6 +590,22 @@ static int ps_push(void *s, const char *job, uint64_t generation, uint64_t step,
     env.grad_push = &body;
     wire_frame f = {data, n * sizeof(float)};
     return wire_send(s, NULL, 0, &env, &f, 1);
+}
+
+/* The next message of member is the average of bucket 0, {2, 3, 4.25}, as a frame. */
+static void expect_average_frame(void *member) {
+    wire_msg msg;
+    ck_assert_int_eq(raw_next(member, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__GRAD_AVG);
+    ck_assert_uint_eq(msg.env->grad_avg->bucket, 0);
+    ck_assert_msg(!msg.env->grad_avg->shared && msg.n_payload == 1, "told of the average in shared memory");
+    ck_assert_uint_eq(zmq_msg_size(&msg.payload[0]), 3 * sizeof(float));
+    float avg[3];
+    memcpy(avg, zmq_msg_data(&msg.payload[0]), sizeof(avg));
+    ck_assert_float_eq(avg[0], 2.0f);
+    ck_assert_float_eq(avg[1], 3.0f);
+    ck_assert_float_eq(avg[2], 4.25f);
+    wire_msg_close(&msg);
 }
 
 START_TEST(test_parameter_server) {
@@ -638,18 +636,8 @@ START_TEST(test_parameter_server) {
     const float x0[3] = {1, 2, 3}, x1[3] = {3, 4, 5.5f};
     ck_assert_int_eq(ps_push(b, "ps", generation, 0, 0, x1, 3, 10), 0);
     ck_assert_int_eq(ps_push(a, "ps", generation, 0, 0, x0, 3, 10), 0);
-    for (int i = 0; i < 2; i++) {
-        ck_assert_int_eq(raw_next(members[i], WAIT_MS, &msg), 0);
-        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__GRAD_AVG);
-        ck_assert_uint_eq(msg.env->grad_avg->bucket, 0);
-        ck_assert_uint_eq(zmq_msg_size(&msg.payload[0]), 3 * sizeof(float));
-        float avg[3];
-        memcpy(avg, zmq_msg_data(&msg.payload[0]), sizeof(avg));
-        ck_assert_float_eq(avg[0], 2.0f);
-        ck_assert_float_eq(avg[1], 3.0f);
-        ck_assert_float_eq(avg[2], 4.25f);
-        wire_msg_close(&msg);
-    }
+    for (int i = 0; i < 2; i++)
+        expect_average_frame(members[i]);
     zmq_close(a);
     zmq_close(b);
     /* What does not fit the layout is refused, by name, and ends the job: the ranks that
@@ -767,6 +755,37 @@ static void ps_ring(const ps_shared *m, size_t float_bytes, size_t bucket, uint6
     ck_assert_int_eq(write(m->doorbell, &one, sizeof(one)), sizeof(one));
 }
 
+/* Both ranks of a 2-rank ps job on ddpd's host, this process being both (ddpd checks the
+ * pid that connects): joined, and each with its push segment handed over. */
+static uint64_t ps_shared_job(void *ctx, const ddpd_proc *d, const char *job, const uint64_t *layout, size_t n,
+                              size_t bytes, void *members[2], ps_shared shared[2]) {
+    char socket_name[FD_SOCKET_NAME_BYTES] = "";
+    uint64_t generation = 0;
+    for (int r = 0; r < 2; r++)
+        members[r] = raw_ps_join(ctx, d->endpoint, job, r, layout, n, (uint32_t)getpid());
+    for (int r = 0; r < 2; r++) {
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
+        ck_assert_msg(msg.env->welcome->ps_socket && msg.env->welcome->ps_socket[0], "no ps socket in the Welcome");
+        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
+        generation = msg.env->welcome->generation;
+        wire_msg_close(&msg);
+    }
+    for (int r = 0; r < 2; r++)
+        ps_share(socket_name, r, bytes, &shared[r]);
+    return generation;
+}
+
+static void ps_shared_close(void *members[2], ps_shared shared[2], size_t bytes) {
+    for (int r = 0; r < 2; r++) {
+        munmap(shared[r].pushed, bytes);
+        munmap(shared[r].average, bytes);
+        close(shared[r].doorbell);
+        zmq_close(members[r]);
+    }
+}
+
 /* ps in shared memory with ddpd (server/ps_shm.h): each member raises its bucket's counter
  * in its push segment and rings the doorbell; ddpd averages in rank order and raises the
  * bucket's counter in the average segment, where the members read the average. A counter
@@ -779,19 +798,7 @@ START_TEST(test_ps_doorbell) {
     const size_t float_bytes = 5 * sizeof(float), bytes = ps_segment_bytes(float_bytes, 2);
     void *members[2];
     ps_shared shared[2];
-    char socket_name[FD_SOCKET_NAME_BYTES] = "";
-    for (int r = 0; r < 2; r++) /* this process is both ranks: ddpd checks the pid that connects */
-        members[r] = ps_member_as(ctx, d.endpoint, "bell", r, layout, 2, (uint32_t)getpid());
-    for (int r = 0; r < 2; r++) {
-        wire_msg msg;
-        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
-        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
-        ck_assert_msg(msg.env->welcome->ps_socket && msg.env->welcome->ps_socket[0], "no ps socket in the Welcome");
-        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
-        wire_msg_close(&msg);
-    }
-    for (int r = 0; r < 2; r++)
-        ps_share(socket_name, r, bytes, &shared[r]);
+    ps_shared_job(ctx, &d, "bell", layout, 2, bytes, members, shared);
     const float x0[3] = {1, 2, 3}, x1[3] = {3, 4, 5.5f};
     memcpy(shared[1].pushed, x1, sizeof(x1)); /* rank 1 first: still summed in rank order */
     ps_ring(&shared[1], float_bytes, 0, 1);
@@ -818,12 +825,7 @@ START_TEST(test_ps_doorbell) {
                       "%s", msg.env->abort->reason);
         wire_msg_close(&msg);
     }
-    for (int r = 0; r < 2; r++) {
-        munmap(shared[r].pushed, bytes);
-        munmap(shared[r].average, bytes);
-        close(shared[r].doorbell);
-        zmq_close(members[r]);
-    }
+    ps_shared_close(members, shared, bytes);
     zmq_ctx_term(ctx);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
@@ -840,42 +842,13 @@ START_TEST(test_ps_segment_then_frames) {
     const size_t bytes = ps_segment_bytes(3 * sizeof(float), 1);
     void *members[2];
     ps_shared shared[2];
-    char socket_name[FD_SOCKET_NAME_BYTES] = "";
-    uint64_t generation = 0;
-    for (int r = 0; r < 2; r++)
-        members[r] = ps_member_as(ctx, d.endpoint, "fallback", r, layout, 1, (uint32_t)getpid());
-    for (int r = 0; r < 2; r++) {
-        wire_msg msg;
-        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
-        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
-        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
-        generation = msg.env->welcome->generation;
-        wire_msg_close(&msg);
-    }
-    for (int r = 0; r < 2; r++)
-        ps_share(socket_name, r, bytes, &shared[r]);
+    uint64_t generation = ps_shared_job(ctx, &d, "fallback", layout, 1, bytes, members, shared);
     const float x0[3] = {1, 2, 3}, x1[3] = {3, 4, 5.5f};
     ck_assert_int_eq(ps_push(members[0], "fallback", generation, 0, 0, x0, 3, 10), 0);
     ck_assert_int_eq(ps_push(members[1], "fallback", generation, 0, 0, x1, 3, 10), 0);
-    for (int r = 0; r < 2; r++) {
-        wire_msg msg;
-        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
-        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__GRAD_AVG);
-        ck_assert_msg(!msg.env->grad_avg->shared && msg.n_payload == 1,
-                      "rank %d was told of the average in shared memory", r);
-        ck_assert_uint_eq(zmq_msg_size(&msg.payload[0]), 3 * sizeof(float));
-        float avg[3];
-        memcpy(avg, zmq_msg_data(&msg.payload[0]), sizeof(avg));
-        ck_assert_float_eq(avg[0], 2.0f);
-        ck_assert_float_eq(avg[2], 4.25f);
-        wire_msg_close(&msg);
-    }
-    for (int r = 0; r < 2; r++) {
-        munmap(shared[r].pushed, bytes);
-        munmap(shared[r].average, bytes);
-        close(shared[r].doorbell);
-        zmq_close(members[r]);
-    }
+    for (int r = 0; r < 2; r++)
+        expect_average_frame(members[r]);
+    ps_shared_close(members, shared, bytes);
     zmq_ctx_term(ctx);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }

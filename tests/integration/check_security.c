@@ -157,21 +157,8 @@ START_TEST(test_ps_segment_of_another_user) {
     const uint64_t layout[] = {4};
     void *members[2];
     char socket_name[FD_SOCKET_NAME_BYTES] = "";
-    for (int r = 0; r < 2; r++) { /* this process is both ranks */
-        members[r] = raw_connect(ctx, endpoint);
-        Ddp__Join join = DDP__JOIN__INIT;
-        join.world_size = 2;
-        join.rank = r;
-        join.mode = (char *)"ps";
-        join.pid = (uint32_t)getpid();
-        join.host = (char *)"test";
-        join.ps_buckets = (uint64_t *)layout;
-        join.n_ps_buckets = 1;
-        Ddp__Envelope env;
-        wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "ps-lab", -1, 0, 1);
-        env.join = &join;
-        ck_assert_int_eq(wire_send(members[r], NULL, 0, &env, NULL, 0), 0);
-    }
+    for (int r = 0; r < 2; r++) /* this process is both ranks */
+        members[r] = raw_ps_join(ctx, endpoint, "ps-lab", r, layout, 1, (uint32_t)getpid());
     for (int r = 0; r < 2; r++) {
         wire_msg msg;
         ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);

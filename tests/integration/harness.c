@@ -296,3 +296,21 @@ void raw_wait_members(void *zmq_ctx, const char *endpoint, const char *job, size
     zmq_close(s);
     ck_assert_msg(seen >= n, "job '%s' has %zu members, not %zu, after %d ms", job, seen, n, timeout_ms);
 }
+
+void *raw_ps_join(void *zmq_ctx, const char *endpoint, const char *job, int rank, const uint64_t *layout, size_t n,
+                  uint32_t pid) {
+    void *s = raw_connect(zmq_ctx, endpoint);
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.world_size = 2;
+    join.rank = rank;
+    join.mode = (char *)"ps";
+    join.pid = pid;
+    join.host = (char *)"test";
+    join.ps_buckets = (uint64_t *)layout;
+    join.n_ps_buckets = n;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, job, -1, 0, 1);
+    env.join = &join;
+    ck_assert_int_eq(wire_send(s, NULL, 0, &env, NULL, 0), 0);
+    return s;
+}

@@ -69,3 +69,7 @@ int raw_request(void *socket, const Ddp__Envelope *env, int timeout_ms, wire_msg
 void raw_wait_members(void *zmq_ctx, const char *endpoint, const char *job, size_t n, int timeout_ms);
 /* Waits for the next message that is not a heartbeat. */
 int raw_next(void *socket, int timeout_ms, wire_msg *msg);
+/* A hand-made peer that sends the Join of rank of a 2-rank ps job with buckets layout[0..n)
+ * as process pid (host "test"); the Welcome is the caller's to read. */
+void *raw_ps_join(void *zmq_ctx, const char *endpoint, const char *job, int rank, const uint64_t *layout, size_t n,
+                  uint32_t pid);

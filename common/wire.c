@@ -436,7 +436,9 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
         for (size_t i = 0; i < s->n_jobs; i++) {
             const Ddp__JobStatus *j = s->jobs[i];
             CHECK(wire_name_valid(j->name, DDP_MAX_JOB_NAME), "status: invalid job name");
-            CHECK(strcmp(j->state, "forming") == 0 || strcmp(j->state, "running") == 0, "status: invalid job state");
+            CHECK(strcmp(j->state, "forming") == 0 || strcmp(j->state, "running") == 0 ||
+                      strcmp(j->state, "recovering") == 0,
+                  "status: invalid job state");
             CHECK(!j->mode[0] || wire_name_valid(j->mode, DDP_MAX_MODE), "status: invalid mode");
             CHECK(j->world_size >= 1 && j->world_size <= DDP_MAX_WORLD_SIZE, "status: world size %u out of range",
                   j->world_size);

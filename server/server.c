@@ -1084,8 +1084,10 @@ static void server_handle(server *s, wire_msg *msg, int r) {
             const Ddp__Heartbeat *hb = msg->env->heartbeat;
             m->step = hb->step;
             m->samples_per_s = hb->samples_per_s;
-            m->waiting = hb->waiting;
-            m->waiting_on = hb->waiting_on;
+            /* a rank out of the job's range is no rank to wait on (and would make the status invalid) */
+            bool in_job = hb->waiting_on >= -1 && hb->waiting_on < (int32_t)j->world_size;
+            m->waiting = hb->waiting && in_job;
+            m->waiting_on = in_job ? hb->waiting_on : -1;
             m->waiting_since_ms = clock_now_ms() - hb->waiting_ms;
             snprintf(m->waiting_in, sizeof(m->waiting_in), "%s", hb->waiting_in);
         } else if (msg->env->generation) /* a member of a job this ddpd never held: it restarted */

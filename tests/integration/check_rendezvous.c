@@ -854,9 +854,10 @@ START_TEST(test_ps_segment_then_frames) {
 }
 END_TEST
 
-/* A push "in shared memory" from a rank that handed ddpd no segment is refused by name,
- * even in a job ddpd holds no segments for at all (one rebuilt from a rejoin after a
- * restart, as anyone may claim to be): ddpd stays up. */
+/* A job rebuilt from a rejoin after a restart (as anyone may claim to be) shows as
+ * recovering in the status; a push "in shared memory" from a rank that handed ddpd no
+ * segment is refused by name, even in such a job, which has no segments at all: ddpd
+ * stays up. */
 START_TEST(test_ps_shared_push_without_segment) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
@@ -880,6 +881,23 @@ START_TEST(test_ps_shared_push_without_segment) {
     ck_assert_int_eq(wire_send(s, NULL, 0, &env, NULL, 0), 0);
     ck_assert_msg(proc_expect(&d.p, "rank 0 rejoins after ddpd restarted", WAIT_MS, NULL, 0), "%s",
                   proc_output_tail(&d.p));
+    /* the job is recovering, and its member says it waits on a rank the job has not: the
+     * status still answers, and shows it */
+    Ddp__Heartbeat hb = DDP__HEARTBEAT__INIT;
+    hb.interval_ms = 1000;
+    hb.liveness = 3;
+    hb.waiting = true;
+    hb.waiting_on = 1000;
+    wire_envelope_init(&env, DDP__MSG_TYPE__HEARTBEAT, "claimed", 0, 7, 3);
+    env.heartbeat = &hb;
+    ck_assert_int_eq(wire_send(s, NULL, 0, &env, NULL, 0), 0);
+    usleep(200 * 1000);
+    const char *status[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", NULL};
+    proc ctl;
+    proc_start(&ctl, status, NULL);
+    ck_assert_msg(proc_wait(&ctl, WAIT_MS) == 0 && strstr(proc_output(&ctl), "recovering"), "%s",
+                  proc_output_tail(&ctl));
+    proc_close(&ctl);
     Ddp__GradPush body = DDP__GRAD_PUSH__INIT;
     body.shared = true;
     wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_PUSH, "claimed", -1, 7, 2);

@@ -62,3 +62,6 @@
 #define DDP_MAX_IDX_ITEMS 10000000u        /* images or labels in one file */
 #define DDP_MAX_IDX_ITEM_PIXELS 1000000u   /* rows * cols of one image */
 #define DDP_MAX_IDX_BYTES (4ull << 30)     /* the whole payload */
+
+/* Job generations stay exact as JSON numbers (doubles): a job a microsecond for 285 years. */
+#define DDP_MAX_GENERATION ((1ull << 53) - 1)

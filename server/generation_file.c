@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/atomic_file.h"
+#include "common/limits.h"
 
 static int generation_path(const char *dir, char *path, size_t size) {
     return (size_t)snprintf(path, size, "%s/generation", dir) < size ? 0 : -ENAMETOOLONG;
@@ -35,7 +36,8 @@ int generation_load(const char *dir, uint64_t *ret, char *err, size_t err_size) 
     char *end;
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
-    if (errno || end == text || (*end && strcmp(end, "\n") != 0)) {
+    if (errno || end == text || text[0] < '0' || text[0] > '9' || (*end && strcmp(end, "\n") != 0) ||
+        v > DDP_MAX_GENERATION) {
         snprintf(err, err_size, "%s: '%.20s' is not a generation number (remove it to start again from 1)", path, text);
         return -EINVAL;
     }

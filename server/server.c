@@ -240,16 +240,24 @@ static void server_abort_job(server *s, job *j, ssize_t culprit, int code, const
     server_remove_job(s, j);
 }
 
-/* Takes generation as given (a rejoin's, or the next), never going back, and keeps it in
- * the state directory so that a restarted ddpd does not either. */
+/* Takes generation as given (a rejoin's, or the next), never going back, and keeps the
+ * state directory ahead of it so that a restarted ddpd does not go back either. The file
+ * is written a block of generations ahead: a write (and its two fsyncs, on ddpd's loop)
+ * per block of jobs, not per job; a restart skips what is left of the block. */
+#define GENERATION_BLOCK 1024
 static void server_note_generation(server *s, uint64_t generation) {
     if (generation <= s->last_generation)
         return;
     s->last_generation = generation;
+    if (!s->opts.state_dir || generation <= s->saved_generation)
+        return;
     char err[256];
-    if (s->opts.state_dir && generation_save(s->opts.state_dir, generation, err, sizeof(err)) < 0)
+    uint64_t ahead = generation + GENERATION_BLOCK;
+    if (generation_save(s->opts.state_dir, ahead, err, sizeof(err)) < 0)
         log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "%s: a restarted ddpd may give generation %llu again", err,
                         (unsigned long long)generation);
+    else
+        s->saved_generation = ahead;
 }
 
 static void server_form_job(server *s, job *j) {
@@ -385,7 +393,13 @@ static void server_on_join(server *s, const wire_msg *msg) {
     else if (j)
         r = job_check_join(j, jn->world_size, jn->mode, jn->rank, jn->ps_buckets, jn->n_ps_buckets, reason,
                            sizeof(reason));
-    else if (s->n_jobs == DDP_MAX_JOBS) {
+    if (r == 0 && rejoin &&
+        (jn->generation > DDP_MAX_GENERATION || (s->opts.state_dir && jn->generation > s->saved_generation))) {
+        snprintf(reason, sizeof(reason), "a rejoin of generation %llu: no ddpd gave one past %llu",
+                 (unsigned long long)jn->generation,
+                 (unsigned long long)(s->opts.state_dir ? s->saved_generation : DDP_MAX_GENERATION));
+        r = -EINVAL;
+    } else if (r == 0 && !j && s->n_jobs == DDP_MAX_JOBS) {
         snprintf(reason, sizeof(reason), "ddpd already holds %d jobs", DDP_MAX_JOBS);
         r = -ENOSPC;
     }
@@ -1266,6 +1280,7 @@ int server_open(server *s, const server_options *opts) {
             log_error("%s", err);
             return r;
         }
+        s->saved_generation = s->last_generation;
     }
     s->zmq_ctx = zmq_ctx_new();
     if (!s->zmq_ctx)
@@ -1349,6 +1364,10 @@ void server_shutdown(server *s, const char *reason) {
 void server_close(server *s) {
     while (s->n_jobs)
         server_remove_job(s, s->jobs[s->n_jobs - 1]);
+    char err[256]; /* a clean stop: the next ddpd goes on from the last generation given, not the block's end */
+    if (s->opts.state_dir && s->saved_generation > s->last_generation &&
+        generation_save(s->opts.state_dir, s->last_generation, err, sizeof(err)) < 0)
+        log_warn("%s", err);
     ps_reduce_shutdown();
     ended_jobs_free(&s->ended);
     if (s->router)

@@ -42,8 +42,9 @@ typedef struct {
     struct zap *zap;                     /* with CURVE: who each TCP client is */
     job *jobs[DDP_MAX_JOBS];
     size_t n_jobs;
-    ended_jobs ended; /* to tell a member that comes back late how its job ended */
-    uint64_t last_generation;
+    ended_jobs ended;          /* to tell a member that comes back late how its job ended */
+    uint64_t last_generation;  /* the last a job was given */
+    uint64_t saved_generation; /* the state directory's: a block above last_generation, written ahead */
     uint64_t started_ms;
     uint64_t next_heartbeat_ms;
     log_ratelimit bad_input_log;

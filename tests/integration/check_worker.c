@@ -600,6 +600,16 @@ START_TEST(test_checkpoint_keep) {
     }
     snprintf(link, sizeof(link), "%s.8", ckpt);
     ck_assert_msg(access(link, F_OK) < 0, "%s should be gone", link);
+    /* a new run over the same path, with the first run's links at steps past its own: they
+     * are not this run's to remove, nor above the link it just made */
+    const char *again[] = {"--checkpoint", ckpt, "--epochs", "1", "--checkpoint-keep", "2", "--overwrite", NULL};
+    ck_assert_msg(train(&p, 1, again) == 0, "%s", proc_output_tail(&p));
+    proc_close(&p);
+    static const int after[] = {8, 16, 24};
+    for (int i = 0; i < 3; i++) {
+        snprintf(link, sizeof(link), "%s.%d", ckpt, after[i]);
+        ck_assert_uint_eq(read_info(link).step, (unsigned)after[i]);
+    }
 }
 END_TEST
 

@@ -4,12 +4,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define KEEP_SCAN_MAX 4096 /* links looked at in one save: more than anyone keeps */
 
 static int by_step_descending(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -55,15 +54,27 @@ int checkpoint_keep(const char *path, uint64_t step, int keep, char *err, size_t
         snprintf(err, err_size, "--checkpoint-keep: cannot list %s: %s", dir, strerror(-r));
         return r;
     }
-    uint64_t *steps = malloc(KEEP_SCAN_MAX * sizeof(uint64_t));
-    size_t n = 0;
-    for (struct dirent *e; steps && n < KEEP_SCAN_MAX && (e = readdir(d));) {
+    /* Links past this step are of another run (one before --overwrite, or the future a
+     * resume from an older copy left): not this run's to rank or remove, and never above
+     * the one just made. */
+    uint64_t *steps = NULL;
+    size_t n = 0, room = 0;
+    bool fits = true;
+    for (struct dirent *e; fits && (e = readdir(d));) {
         int64_t s = step_of(e->d_name, base);
-        if (s >= 0)
-            steps[n++] = (uint64_t)s;
+        if (s < 0 || (uint64_t)s > step)
+            continue;
+        if (n == room) {
+            uint64_t *grown = realloc(steps, (room = room ? 2 * room : 64) * sizeof(uint64_t));
+            if (!(fits = grown != NULL))
+                break;
+            steps = grown;
+        }
+        steps[n++] = (uint64_t)s;
     }
     closedir(d);
-    if (!steps) {
+    if (!fits) {
+        free(steps);
         snprintf(err, err_size, "--checkpoint-keep: out of memory");
         return -ENOMEM;
     }

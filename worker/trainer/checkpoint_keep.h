@@ -6,5 +6,6 @@
 #include <stdint.h>
 
 /* After a save of path at step: links it as path.STEP and removes all but the keep newest
- * such links (keep 1: none are made). err names the file. */
+ * such links up to step (keep 1: none are made); links past step, another run's, stay.
+ * err names the file. */
 int checkpoint_keep(const char *path, uint64_t step, int keep, char *err, size_t err_size);

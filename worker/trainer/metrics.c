@@ -83,6 +83,14 @@ int metrics_open(trainer *t) {
     return 0;
 }
 
+void metrics_sync(trainer *t) {
+    if (t->metrics && fdatasync(fileno(t->metrics)) < 0 && !t->metrics_error) {
+        t->metrics_error = errno;
+        fprintf(stderr, "ddp-worker: rank %d: --metrics %s: cannot sync: %s\n", t->rank, t->metrics_path,
+                strerror(errno));
+    }
+}
+
 void metrics_close(trainer *t) {
     if (t->metrics && fclose(t->metrics) != 0 && !t->metrics_error)
         t->metrics_error = errno;

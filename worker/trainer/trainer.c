@@ -279,6 +279,7 @@ int trainer_run(trainer *t) {
                     t->epoch++;
                     t->step_in_epoch = 0;
                 }
+                metrics_sync(t);
                 if ((r = resume_save(t)) < 0 || (r = resume_saved(t)) < 0)
                     return r;
                 if (t->rank == 0 && t->stopped_by == TRAINER_STOP_COORDINATOR)
@@ -326,6 +327,7 @@ int trainer_run(trainer *t) {
             t->epoch++;
             t->step_in_epoch = 0;
         }
+        metrics_sync(t);
         if ((r = resume_save(t)) < 0)
             return r;
     }

@@ -120,6 +120,9 @@ int evaluate(trainer *t, double *ret_metric);
  * in t->metrics_error: ddp-worker then exits 1. */
 int metrics_open(trainer *t);
 void metrics_write(trainer *t, const char *kind, double loss, double accuracy, double samples_per_s, double seconds);
+/* The lines so far on disk: before a checkpoint, so that a resume finds every line up to
+ * its step (an epoch's lines, once an epoch). */
+void metrics_sync(trainer *t);
 void metrics_close(trainer *t);
 /* resume.c: rank 0 writes --checkpoint; --resume reads it on rank 0 and gives every rank
  * the same state (a checkpoint may live on one host only). resume_check, at start-up on

@@ -1,4 +1,4 @@
-#define _GNU_SOURCE /* mkostemp */
+#define _GNU_SOURCE /* mkostemp, O_TMPFILE */
 #include "common/atomic_file.h"
 
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -112,18 +113,30 @@ int atomic_file_check(const char *path, const char *flag, char *err, size_t err_
 
 int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *flag, char *err, size_t err_size) {
     f->fd = -1;
+    f->unnamed = 0;
     int r = prepare(path, flag, f->target, err, err_size);
     if (r < 0)
         return r;
     char dir[PATH_MAX], base[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", f->target);
     snprintf(base, sizeof(base), "%s", f->target);
+    const char *in = dirname(dir);
     /* Hidden and unique: never anyone else's file, never followed through a link. */
-    if ((size_t)snprintf(f->tmp, sizeof(f->tmp), "%s/.%s.XXXXXX", dirname(dir), basename(base)) >= sizeof(f->tmp)) {
+    if ((size_t)snprintf(f->tmp, sizeof(f->tmp), "%s/.%s.XXXXXX", in, basename(base)) >= sizeof(f->tmp)) {
         snprintf(err, err_size, "%s %s: the path is too long", flag, path);
         return -ENAMETOOLONG;
     }
-    f->fd = mkostemp(f->tmp, O_CLOEXEC);
+    f->fd = open(in, O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+    if (f->fd >= 0) {
+        f->unnamed = 1;
+        if (fchmod(f->fd, mode) == 0)
+            return 0;
+        r = -errno;
+        snprintf(err, err_size, "%s %s: cannot create a file beside it: %s", flag, path, strerror(-r));
+        atomic_file_abort(f);
+        return r;
+    }
+    f->fd = mkostemp(f->tmp, O_CLOEXEC); /* a filesystem without O_TMPFILE */
     if (f->fd < 0 || fchmod(f->fd, mode) < 0) {
         r = -errno;
         snprintf(err, err_size, "%s %s: cannot create a file beside it: %s", flag, path, strerror(-r));
@@ -133,10 +146,32 @@ int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *
     return 0;
 }
 
+/* The unnamed file f->fd linked as f->tmp (a new name from its template): only now does
+ * it have a name, to be renamed over the target at once. */
+static int name_unnamed(atomic_file *f) {
+    char proc[64], template[PATH_MAX];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", f->fd);
+    snprintf(template, sizeof(template), "%s", f->tmp);
+    for (int tries = 0; tries < 100; tries++) {
+        unsigned char bytes[3];
+        if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
+            return -errno;
+        snprintf(f->tmp, sizeof(f->tmp), "%.*s%02x%02x%02x", (int)(strlen(template) - 6), template, bytes[0], bytes[1],
+                 bytes[2]);
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, f->tmp, AT_SYMLINK_FOLLOW) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -errno;
+    }
+    return -EEXIST;
+}
+
 int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_size) {
     int r = 0;
     if (fsync(f->fd) < 0)
         r = -errno;
+    if (r == 0 && f->unnamed && (r = name_unnamed(f)) == 0)
+        f->unnamed = 0;
     if (close(f->fd) < 0 && r == 0)
         r = -errno;
     f->fd = -1;
@@ -144,7 +179,8 @@ int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_s
         r = -errno;
     if (r < 0) {
         snprintf(err, err_size, "%s %s: cannot write it: %s", flag, f->target, strerror(-r));
-        unlink(f->tmp);
+        if (!f->unnamed) /* else it never had a name: gone with its descriptor */
+            unlink(f->tmp);
         return r;
     }
     char dir[PATH_MAX];
@@ -165,7 +201,8 @@ int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_s
 void atomic_file_abort(atomic_file *f) {
     if (f->fd >= 0) {
         close(f->fd);
-        unlink(f->tmp);
+        if (!f->unnamed)
+            unlink(f->tmp);
     }
     f->fd = -1;
 }

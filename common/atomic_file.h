@@ -9,16 +9,19 @@
 
 typedef struct {
     char target[PATH_MAX]; /* the file replaced: the path, or the symlink's target */
-    char tmp[PATH_MAX];    /* the new contents, beside it, until the commit */
-    int fd;                /* open on tmp; -1 once committed or aborted */
+    char tmp[PATH_MAX];    /* the new contents' name beside it, from the commit (or the open: see unnamed) */
+    int fd;                /* open on the new contents; -1 once committed or aborted */
+    int unnamed;           /* the new contents have no name until the commit (O_TMPFILE): a process
+                              killed while writing leaves nothing behind */
 } atomic_file;
 
 /* Whether path may be replaced: a regular file or nothing yet, in a directory that exists
  * and this process may write to. flag names the option in err ("--checkpoint /dev/full: a
  * character device, not a regular file"). 0 or a negative errno. */
 int atomic_file_check(const char *path, const char *flag, char *err, size_t err_size);
-/* Checks path as above, then creates a new temporary file beside its target (exclusive,
- * never through a link) with the given mode, open for writing at f->fd. */
+/* Checks path as above, then creates a new temporary file beside its target with the given
+ * mode, open for writing at f->fd: unnamed where the filesystem can (O_TMPFILE), else
+ * hidden, exclusive, never through a link. */
 int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *flag, char *err, size_t err_size);
 /* Flushes the new contents to disk, closes, renames them over the target and makes the
  * rename durable (fsync of the directory). On failure the temporary file is removed and

@@ -4,6 +4,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 struct strmap_node {
     strmap_node *next;
@@ -12,11 +15,21 @@ struct strmap_node {
     char key[]; /* NUL-terminated */
 };
 
+static uint64_t seed; /* drawn once, before main: who picks the keys does not know it */
+
+__attribute__((constructor)) static void seed_draw(void) {
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
+        seed = (uint64_t)clock() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid(); /* no entropy yet: still not fixed */
+}
+
 static uint64_t hash_of(const char *key) {
     uint64_t h = 14695981039346656037ull; /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)key; *p; p++)
         h = (h ^ *p) * 1099511628211ull;
-    return h;
+    h ^= seed; /* splitmix64's finalizer: every bit of h and the seed reaches the low bits */
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
 }
 
 static strmap_node **slot_of(const strmap *m, const char *key, uint64_t h) {
@@ -101,4 +114,15 @@ void strmap_clear(strmap *m) {
         }
     free(m->buckets);
     *m = (strmap){0};
+}
+
+size_t strmap_longest_chain(const strmap *m) {
+    size_t longest = 0;
+    for (size_t i = 0; i < m->n_buckets; i++) {
+        size_t n = 0;
+        for (const strmap_node *e = m->buckets[i]; e; e = e->next)
+            n++;
+        longest = n > longest ? n : longest;
+    }
+    return longest;
 }

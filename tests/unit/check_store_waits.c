@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "common/limits.h"
-#include "common/strmap.h"
 #include "common/store.h"
+#include "common/strmap.h"
 #include "server/store_waits.h"
 #include "tests/check_main.h"
 
@@ -38,6 +38,23 @@ START_TEST(test_strmap) {
     ck_assert_ptr_null(strmap_get(&m, ""));
     strmap_clear(&m);
     ck_assert_uint_eq(m.size, 0);
+}
+END_TEST
+
+/* 4096 keys that FNV-1a alone puts in 1/128 of the chains: 12 bytes each, every byte 'a'
+ * or 'a' | 0x80, so that every key has the same low 7 bits in every byte (and FNV's low 7
+ * bits depend on nothing else). The seeded mix spreads them as it spreads any keys. */
+START_TEST(test_strmap_crafted_keys) {
+    strmap m = {0};
+    char key[13] = {0};
+    for (uintptr_t i = 0; i < 4096; i++) {
+        for (int b = 0; b < 12; b++)
+            key[b] = (char)('a' | ((i >> b) & 1 ? 0x80 : 0));
+        ck_assert_int_eq(strmap_put(&m, key, (void *)(i + 1)), 0);
+    }
+    ck_assert_uint_eq(m.size, 4096);
+    ck_assert_msg(strmap_longest_chain(&m) <= 12, "%zu keys in one chain", strmap_longest_chain(&m));
+    strmap_clear(&m);
 }
 END_TEST
 
@@ -151,6 +168,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_strmap);
+    tcase_add_test(tc, test_strmap_crafted_keys);
     tcase_add_test(tc, test_waits);
     tcase_add_test(tc, test_many_waits);
     suite_add_tcase(s, tc);

@@ -24,7 +24,7 @@ job *job_new(const char *name, const char *mode, uint32_t world_size, const uint
     j->state = JOB_FORMING;
     j->world_size = world_size;
     j->owner = -1;
-    j->shm = (ps_shm){.listener = -1, .average_fd = -1, .doorbell = -1};
+    j->shm = PS_SHM_NONE;
     j->created_ms = now_ms;
     j->progress_logged_ms = now_ms;
     return j;

@@ -16,13 +16,11 @@
 #include "common/shm_segment.h"
 
 int ps_shm_open(ps_shm *p, uint32_t world, size_t float_bytes, size_t n_buckets) {
-    *p = (ps_shm){.listener = -1,
-                  .average_fd = -1,
-                  .doorbell = -1,
-                  .bytes = ps_segment_bytes(float_bytes, n_buckets),
-                  .float_bytes = float_bytes,
-                  .n_buckets = n_buckets,
-                  .world = world};
+    *p = PS_SHM_NONE;
+    p->bytes = ps_segment_bytes(float_bytes, n_buckets);
+    p->float_bytes = float_bytes;
+    p->n_buckets = n_buckets;
+    p->world = world;
     char why[128];
     int r;
     if (!(p->pushed = calloc(world, sizeof(char *))) || !(p->by_message = calloc(world, sizeof(bool))) ||
@@ -67,40 +65,53 @@ void ps_shm_close(ps_shm *p) {
     free(p->by_frame);
     if (p->average)
         munmap(p->average, p->bytes);
-    *p = (ps_shm){.listener = -1, .average_fd = -1, .doorbell = -1};
+    if (p->pending >= 0)
+        close(p->pending);
+    *p = PS_SHM_NONE;
 }
 
 int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, size_t err_size) {
-    int sock = accept4(p->listener, NULL, NULL, SOCK_CLOEXEC);
+    int sock = accept4(p->listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (sock < 0) {
         snprintf(err, err_size, "accepting a rank's push segment: %s", strerror(errno));
         return -errno;
     }
     fd_peer who;
-    int fd = -1, r;
-    int32_t rank = -1;
-    bool member = false; /* one of the job's processes, before ddpd waits for what it says */
-    if ((r = fd_socket_peer(sock, &who)) == 0)
-        for (uint32_t k = 0; k < p->world && !member; k++)
-            member = pids[k] && pids[k] == (uint32_t)who.pid;
-    if (r == 0 && (!member || (owner >= 0 && (int64_t)who.uid != owner))) {
-        snprintf(err, err_size, "pid %d of uid %u is no rank of this job%s: refused before it said a word",
-                 (int)who.pid, (unsigned)who.uid, member ? " (not the job's user)" : "");
+    int r = fd_socket_peer(sock, &who);
+    bool member = false;
+    for (uint32_t k = 0; r == 0 && k < p->world && !member; k++)
+        member = pids[k] && pids[k] == (uint32_t)who.pid;
+    if (r < 0 || !member || (owner >= 0 && (int64_t)who.uid != owner)) {
+        if (r < 0)
+            snprintf(err, err_size, "a push segment's connection: %s", error_string(r));
+        else
+            snprintf(err, err_size, "pid %d of uid %u is no rank of this job%s: refused before it said a word",
+                     (int)who.pid, (unsigned)who.uid, member ? " (not the job's user)" : "");
         close(sock);
-        return -EPERM;
+        return r < 0 ? r : -EPERM;
     }
-    if (r < 0 || (r = fd_socket_recv(sock, clock_now_ms() + PS_SHM_WAIT_MS, &fd, &rank)) < 0) {
-        snprintf(err, err_size, "a push segment from pid %d: %s", (int)who.pid, error_string(r));
+    p->pending = sock;
+    p->pending_pid = (uint32_t)who.pid;
+    p->pending_since_ms = clock_now_ms();
+    return 0;
+}
+
+int ps_shm_take(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
+    int sock = p->pending, fd = -1, r;
+    uint32_t pid = p->pending_pid;
+    int32_t rank = -1;
+    p->pending = -1;
+    if ((r = fd_socket_recv(sock, clock_now_ms(), &fd, &rank)) < 0) { /* readable: no wait */
+        snprintf(err, err_size, "a push segment from pid %u: %s", pid, error_string(r));
         close(sock);
         return r;
     }
     char *mapped = NULL, why[128];
     if (rank < 0 || (uint32_t)rank >= p->world) {
-        snprintf(err, err_size, "pid %d handed over a push segment as rank %d, which the job has not", (int)who.pid,
-                 (int)rank);
+        snprintf(err, err_size, "pid %u handed over a push segment as rank %d, which the job has not", pid, (int)rank);
         r = -EPROTO;
-    } else if (!pids[rank] || (uint32_t)who.pid != pids[rank]) {
-        snprintf(err, err_size, "pid %d handed over a push segment as rank %d, whose pid is %u: refused", (int)who.pid,
+    } else if (!pids[rank] || pid != pids[rank]) {
+        snprintf(err, err_size, "pid %u handed over a push segment as rank %d, whose pid is %u: refused", pid,
                  (int)rank, pids[rank]);
         r = -EPERM;
     } else if (p->pushed[rank]) {
@@ -120,6 +131,16 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, siz
     close(fd);
     close(sock);
     return r;
+}
+
+int ps_shm_expire(ps_shm *p, uint64_t now_ms, char *err, size_t err_size) {
+    if (p->pending < 0 || now_ms < p->pending_since_ms + PS_SHM_WAIT_MS)
+        return 0;
+    snprintf(err, err_size, "pid %u connected for a push segment and said nothing for %d ms: closed", p->pending_pid,
+             PS_SHM_WAIT_MS);
+    close(p->pending);
+    p->pending = -1;
+    return -ETIMEDOUT;
 }
 
 void ps_shm_doorbell_clear(ps_shm *p) {

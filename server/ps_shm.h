@@ -30,18 +30,30 @@ typedef struct {
     bool *by_frame;   /* (world) ... with its gradients in the message (it could not map the average
                          segment after all): the averages go to it as frames */
     uint32_t world, n_handed;
+    int pending; /* a member's connection whose message has not come yet (in ddpd's poll set), else -1 */
+    uint32_t pending_pid;
+    uint64_t pending_since_ms;
 } ps_shm;
+
+/* A job's before ps_shm_open, or without shared memory: no descriptors. */
+#define PS_SHM_NONE ((ps_shm){.listener = -1, .pending = -1, .average_fd = -1, .doorbell = -1})
 
 /* Makes the average segment and the listener; on failure (logged by the caller) the job
  * goes without. */
 int ps_shm_open(ps_shm *p, uint32_t world, size_t float_bytes, size_t n_buckets);
 void ps_shm_close(ps_shm *p);
-/* A rank is connecting: takes its push segment and hands back the average segment, or
- * refuses it with err saying why. pids: the members' by rank, as the kernel gave them
- * where it could (0: none known, refused); owner: the job's user (-1: unknown), whom the
- * connecting process must be. Anyone else is refused at once; a member gets at most
- * PS_SHM_WAIT_MS for its message (it sends it as it connects). */
+/* A rank is connecting (the listener is readable): a process that is no member (pids:
+ * the members' by rank, as the kernel gave them where it could, 0 where not), or not of
+ * the job's user (owner; -1: unknown), is refused at once with err saying why; a member's
+ * connection becomes the pending one, read once it is readable (ps_shm_take), so that
+ * ddpd's loop never waits on it. The listener is polled only while none is pending. */
 int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, size_t err_size);
+/* The pending connection is readable: takes its push segment and hands back the average
+ * segment and the doorbell, or refuses it with err saying why; closes it either way. */
+int ps_shm_take(ps_shm *p, const uint32_t *pids, char *err, size_t err_size);
+/* A pending connection silent for PS_SHM_WAIT_MS is closed (-ETIMEDOUT, err saying so):
+ * a rank sends its message as it connects. */
+int ps_shm_expire(ps_shm *p, uint64_t now_ms, char *err, size_t err_size);
 #define PS_SHM_WAIT_MS 200
 /* After the doorbell rang: empties it. */
 void ps_shm_doorbell_clear(ps_shm *p);

@@ -801,12 +801,22 @@ static void server_on_doorbell(server *s, job *j) {
 size_t server_poll_fds(const server *s, int *fds, size_t max) {
     size_t n = 0;
     for (size_t i = 0; i < s->n_jobs; i++) {
-        if (s->jobs[i]->shm.listener >= 0 && n < max)
-            fds[n++] = s->jobs[i]->shm.listener;
-        if (s->jobs[i]->shm.doorbell >= 0 && n < max)
-            fds[n++] = s->jobs[i]->shm.doorbell;
+        const ps_shm *p = &s->jobs[i]->shm;
+        if (p->listener >= 0 && p->pending < 0 && n < max) /* one connection at a time, read when it is ready */
+            fds[n++] = p->listener;
+        if (p->pending >= 0 && n < max)
+            fds[n++] = p->pending;
+        if (p->doorbell >= 0 && n < max)
+            fds[n++] = p->doorbell;
     }
     return n;
+}
+
+/* The members' pids by rank, as the kernel gave them where ddpd could ask it (0 where not). */
+static void server_member_pids(const job *j, uint32_t pids[DDP_MAX_WORLD_SIZE]) {
+    memset(pids, 0, DDP_MAX_WORLD_SIZE * sizeof(uint32_t));
+    for (size_t k = 0; k < j->n_members; k++)
+        pids[j->members[k].rank] = j->members[k].local_pid;
 }
 
 void server_on_fd(server *s, int fd) {
@@ -816,13 +826,14 @@ void server_on_fd(server *s, int fd) {
             server_on_doorbell(s, j);
             return;
         }
-        if (j->shm.listener != fd)
+        if (j->shm.listener != fd && j->shm.pending != fd)
             continue;
-        uint32_t pids[DDP_MAX_WORLD_SIZE] = {0}; /* the kernel's where ddpd has it, not a Join's word */
-        for (size_t k = 0; k < j->n_members; k++)
-            pids[j->members[k].rank] = j->members[k].local_pid;
+        uint32_t pids[DDP_MAX_WORLD_SIZE];
+        server_member_pids(j, pids);
         char err[DDP_MAX_REASON];
-        if (ps_shm_accept(&j->shm, pids, j->owner, err, sizeof(err)) < 0) {
+        int r = j->shm.pending == fd ? ps_shm_take(&j->shm, pids, err, sizeof(err))
+                                     : ps_shm_accept(&j->shm, pids, j->owner, err, sizeof(err));
+        if (r < 0) {
             s->bad_messages++;
             log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "job '%s': %s", j->name, err);
         }
@@ -1256,8 +1267,14 @@ void server_tick(server *s) {
                 server_send_heartbeats(s, s->jobs[i], NULL, false);
         s->next_heartbeat_ms = now + (uint64_t)s->opts.heartbeat_ms;
     }
-    for (size_t i = s->n_jobs; i-- > 0;)
+    for (size_t i = s->n_jobs; i-- > 0;) {
+        char err[DDP_MAX_REASON];
+        if (ps_shm_expire(&s->jobs[i]->shm, now, err, sizeof(err)) < 0) {
+            s->bad_messages++;
+            log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "job '%s': %s", s->jobs[i]->name, err);
+        }
         server_check_job(s, s->jobs[i], now);
+    }
 }
 
 int server_tick_ms(const server *s) {

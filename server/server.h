@@ -56,8 +56,9 @@ typedef struct {
 int server_open(server *s, const server_options *opts);
 /* Reads and answers every message waiting on the socket. */
 void server_dispatch(server *s);
-/* The descriptors besides the socket that the loop polls for reading (ps jobs' listeners
- * for push segments, and their doorbells), up to max; and what to do when one is ready. */
+/* The descriptors besides the socket that the loop polls for reading, two a job at most
+ * (a ps job's listener for push segments or the connection it accepted, and its
+ * doorbell), up to max; and what to do when one is ready. */
 size_t server_poll_fds(const server *s, int *fds, size_t max);
 void server_on_fd(server *s, int fd);
 /* Housekeeping: heartbeats, dead members, join timeouts, store-wait timeouts, progress. */

@@ -760,10 +760,9 @@ static void ps_ring(const ps_shared *m, size_t float_bytes, size_t bucket, uint6
 }
 
 /* Both ranks of a 2-rank ps job on ddpd's host, this process being both (ddpd checks the
- * pid that connects): joined, and each with its push segment handed over. */
-static uint64_t ps_shared_job(void *ctx, const ddpd_proc *d, const char *job, const uint64_t *layout, size_t n,
-                              size_t bytes, void *members[2], ps_shared shared[2]) {
-    char socket_name[FD_SOCKET_NAME_BYTES] = "";
+ * pid that connects), joined: the Welcome's push-segment socket in socket_name. */
+static uint64_t ps_join_both(void *ctx, const ddpd_proc *d, const char *job, const uint64_t *layout, size_t n,
+                             void *members[2], char socket_name[FD_SOCKET_NAME_BYTES]) {
     uint64_t generation = 0;
     for (int r = 0; r < 2; r++)
         members[r] = raw_ps_join(ctx, d->endpoint, job, r, layout, n, (uint32_t)getpid());
@@ -772,10 +771,18 @@ static uint64_t ps_shared_job(void *ctx, const ddpd_proc *d, const char *job, co
         ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
         ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
         ck_assert_msg(msg.env->welcome->ps_socket && msg.env->welcome->ps_socket[0], "no ps socket in the Welcome");
-        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
+        snprintf(socket_name, FD_SOCKET_NAME_BYTES, "%s", msg.env->welcome->ps_socket);
         generation = msg.env->welcome->generation;
         wire_msg_close(&msg);
     }
+    return generation;
+}
+
+/* ... and each with its push segment handed over. */
+static uint64_t ps_shared_job(void *ctx, const ddpd_proc *d, const char *job, const uint64_t *layout, size_t n,
+                              size_t bytes, void *members[2], ps_shared shared[2]) {
+    char socket_name[FD_SOCKET_NAME_BYTES];
+    uint64_t generation = ps_join_both(ctx, d, job, layout, n, members, socket_name);
     for (int r = 0; r < 2; r++)
         ps_share(socket_name, r, bytes, &shared[r]);
     return generation;
@@ -829,6 +836,39 @@ START_TEST(test_ps_doorbell) {
                       "%s", msg.env->abort->reason);
         wire_msg_close(&msg);
     }
+    ps_shared_close(members, shared, bytes);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* A member's connection to the push-segment socket that says nothing: ddpd reads it only
+ * once it is readable, so its loop goes on (a status answers meanwhile); it is closed after
+ * PS_SHM_WAIT_MS, and the ranks hand their segments over after it. */
+START_TEST(test_ps_silent_connection) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    const uint64_t layout[] = {3};
+    const size_t bytes = ps_segment_bytes(3 * sizeof(float), 1);
+    void *members[2];
+    char socket_name[FD_SOCKET_NAME_BYTES];
+    ps_join_both(ctx, &d, "silent", layout, 1, members, socket_name);
+    int silent = -1;
+    ck_assert_int_eq(fd_socket_connect(socket_name, &silent), 0);
+    const char *status[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "status", NULL};
+    proc ctl;
+    proc_start(&ctl, status, NULL);
+    ck_assert_msg(proc_wait(&ctl, WAIT_MS) == 0 && strstr(proc_output(&ctl), "job 'silent'"), "%s",
+                  proc_output_tail(&ctl));
+    proc_close(&ctl);
+    ck_assert_msg(
+        proc_expect(&d.p, "connected for a push segment and said nothing for 200 ms: closed", WAIT_MS, NULL, 0), "%s",
+        proc_output_tail(&d.p));
+    close(silent);
+    ps_shared shared[2];
+    for (int r = 0; r < 2; r++)
+        ps_share(socket_name, r, bytes, &shared[r]);
     ps_shared_close(members, shared, bytes);
     zmq_ctx_term(ctx);
     ck_assert_int_eq(ddpd_stop(&d), 0);
@@ -1318,6 +1358,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_ps_doorbell);
     tcase_add_test(tc, test_ps_shared_push_without_segment);
     tcase_add_test(tc, test_ps_segment_then_frames);
+    tcase_add_test(tc, test_ps_silent_connection);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

@@ -84,7 +84,8 @@ int metrics_open(trainer *t) {
 }
 
 void metrics_sync(trainer *t) {
-    if (t->metrics && fdatasync(fileno(t->metrics)) < 0 && !t->metrics_error) {
+    /* a pipe, a terminal or a device cannot be synced (EINVAL): there is nothing to keep */
+    if (t->metrics && fdatasync(fileno(t->metrics)) < 0 && errno != EINVAL && errno != EROFS && !t->metrics_error) {
         t->metrics_error = errno;
         fprintf(stderr, "ddp-worker: rank %d: --metrics %s: cannot sync: %s\n", t->rank, t->metrics_path,
                 strerror(errno));

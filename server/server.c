@@ -363,6 +363,35 @@ static void server_finish_recovery(server *s, job *j) {
              (unsigned long long)j->generation);
 }
 
+static void server_answer_waiters(server *s, job *j, store_waiter *ready);
+
+/* Sets key in j's store within its user's quota, answering the waits a new key completes;
+ * why says what did not fit. A set by message and a rejoin's keys alike. */
+static int server_store_put(server *s, job *j, const char *key, const uint8_t *value, size_t len, char *why,
+                            size_t why_size) {
+    user_usage use = server_usage(s, j->owner);
+    double adding = (double)(strlen(key) + len) / (1 << 20);
+    if (use.store_mb + adding > s->opts.user_store_mb) {
+        char holder[96];
+        server_quota_holder(j->owner, holder, sizeof(holder));
+        snprintf(why, why_size,
+                 "store-set '%.64s' in job '%s': %s hold %.3f MB of store, and one user may hold %g (ddpd "
+                 "--user-store-mb)",
+                 key, j->name, holder, use.store_mb, s->opts.user_store_mb);
+        return -EDQUOT;
+    }
+    bool fresh = !store_get(&j->store, key); /* only a new key completes waits */
+    int r = store_set(&j->store, key, value, len);
+    if (r < 0) {
+        snprintf(why, why_size, "store-set '%.64s' in job '%s': %s (limits: %u keys, %u bytes)", key, j->name,
+                 error_string(r), DDP_MAX_STORE_KEYS, (unsigned)DDP_MAX_STORE_BYTES);
+        return r;
+    }
+    if (fresh)
+        server_answer_waiters(s, j, store_waits_key_set(&j->waits, key));
+    return 0;
+}
+
 static void server_on_join(server *s, const wire_msg *msg) {
     const Ddp__Envelope *env = msg->env;
     const Ddp__Join *jn = env->join;
@@ -486,11 +515,13 @@ static void server_on_join(server *s, const wire_msg *msg) {
             server_remove_job(s, j);
         return;
     }
-    if (rejoin) {                                /* answered once every rank is back (server_finish_recovery) */
-        for (size_t i = 0; i < jn->n_store; i++) /* the keys it set: the store as the members knew it */
-            if (store_set(&j->store, jn->store[i]->key, jn->store[i]->value.data, jn->store[i]->value.len) < 0)
-                log_warn("job '%s': rank %d's store key '%.64s' did not fit back", j->name, jn->rank,
-                         jn->store[i]->key);
+    if (rejoin) {                                  /* answered once every rank is back (server_finish_recovery) */
+        for (size_t i = 0; i < jn->n_store; i++) { /* the keys it set: the store as the members knew it */
+            char why[DDP_MAX_REASON];
+            if (server_store_put(s, j, jn->store[i]->key, jn->store[i]->value.data, jn->store[i]->value.len, why,
+                                 sizeof(why)) < 0)
+                log_warn("rank %d's store key did not fit back: %s", jn->rank, why);
+        }
         log_info("job '%s': rank %d (pid %u on %s) is back (%zu/%u)", j->name, m.rank, m.pid, m.host, j->n_members,
                  j->world_size);
         if (job_complete(j))
@@ -634,28 +665,13 @@ static void server_on_store(server *s, const wire_msg *msg) {
     const Ddp__Envelope *env = msg->env;
     switch (env->type) {
     case DDP__MSG_TYPE__STORE_SET: {
-        user_usage use = server_usage(s, j->owner);
-        double adding = (double)(strlen(env->store_set->key) + env->store_set->value.len) / (1 << 20);
-        if (use.store_mb + adding > s->opts.user_store_mb) {
-            char holder[96];
-            server_quota_holder(j->owner, holder, sizeof(holder));
-            server_send_error(s, msg, -EDQUOT,
-                              "store-set '%.64s' in job '%s': %s hold %.3f MB of store, and one user may hold %g "
-                              "(ddpd --user-store-mb)",
-                              env->store_set->key, j->name, holder, use.store_mb, s->opts.user_store_mb);
-            return;
-        }
-        bool fresh = !store_get(&j->store, env->store_set->key); /* only a new key completes waits */
-        int r = store_set(&j->store, env->store_set->key, env->store_set->value.data, env->store_set->value.len);
-        if (r < 0) {
-            server_send_error(s, msg, r, "store-set '%.64s' in job '%s': %s (limits: %u keys, %u bytes)",
-                              env->store_set->key, j->name, error_string(r), DDP_MAX_STORE_KEYS,
-                              (unsigned)DDP_MAX_STORE_BYTES);
-            return;
-        }
-        server_send_value(s, j, msg->identity, msg->identity_size, env->seq, env->store_set->key, NULL, false);
-        if (fresh)
-            server_answer_waiters(s, j, store_waits_key_set(&j->waits, env->store_set->key));
+        char why[DDP_MAX_REASON];
+        int r = server_store_put(s, j, env->store_set->key, env->store_set->value.data, env->store_set->value.len, why,
+                                 sizeof(why));
+        if (r < 0)
+            server_send_error(s, msg, r, "%s", why);
+        else
+            server_send_value(s, j, msg->identity, msg->identity_size, env->seq, env->store_set->key, NULL, false);
         return;
     }
     case DDP__MSG_TYPE__STORE_GET: {

@@ -875,6 +875,41 @@ START_TEST(test_ps_silent_connection) {
 }
 END_TEST
 
+/* A rejoin's store keys count against its user's store quota as any set does: what does
+ * not fit is left out, said in the log, and the rest is there. */
+START_TEST(test_rejoin_store_quota) {
+    ddpd_proc d;
+    const char *flags[] = {"--user-store-mb", "0.001", NULL}; /* about 1 KB */
+    ddpd_start(&d, flags);
+    void *ctx = zmq_ctx_new();
+    void *s = raw_connect(ctx, d.endpoint);
+    static uint8_t big[2048], small[16];
+    Ddp__StoreSet sets[2] = {DDP__STORE_SET__INIT, DDP__STORE_SET__INIT}, *set_ptrs[2] = {&sets[0], &sets[1]};
+    sets[0].key = (char *)"small";
+    sets[0].value = (ProtobufCBinaryData){sizeof(small), small};
+    sets[1].key = (char *)"big";
+    sets[1].value = (ProtobufCBinaryData){sizeof(big), big};
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.world_size = 2;
+    join.rank = 0;
+    join.pid = (uint32_t)getpid();
+    join.host = (char *)"test";
+    join.generation = 3;
+    join.store = set_ptrs;
+    join.n_store = 2;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "kept", -1, 3, 1);
+    env.join = &join;
+    ck_assert_int_eq(wire_send(s, NULL, 0, &env, NULL, 0), 0);
+    ck_assert_msg(
+        proc_expect(&d.p, "rank 0's store key did not fit back: store-set 'big' in job 'kept'", WAIT_MS, NULL, 0), "%s",
+        proc_output_tail(&d.p));
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* A rank that handed ddpd its push segment and then pushes its gradients in messages (it
  * could not map the average segment after all, and fell back to frames) hears of each
  * average as a frame, not as a counter in a segment it never mapped. */
@@ -1359,6 +1394,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_ps_shared_push_without_segment);
     tcase_add_test(tc, test_ps_segment_then_frames);
     tcase_add_test(tc, test_ps_silent_connection);
+    tcase_add_test(tc, test_rejoin_store_quota);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

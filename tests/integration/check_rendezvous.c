@@ -1364,37 +1364,43 @@ START_TEST(test_watchdog_ends_hung_rank) {
 }
 END_TEST
 
+static TCase *case_of(Suite *s, TCase *tc) {
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("rendezvous");
-    TCase *tc = tcase_create("rendezvous");
-    tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_world_sizes, 0, 4);
-    tcase_add_test(tc, test_duplicate_rank_rejected);
-    tcase_add_test(tc, test_version_mismatch_rejected);
-    tcase_add_test(tc, test_killed_member_named_within_3s);
-    tcase_add_test(tc, test_garbage_flood);
-    tcase_add_test(tc, test_status_table_and_json);
-    tcase_add_test(tc, test_ddpd_restart);
-    tcase_add_loop_test(tc, test_ps_restart_behind, 0, 2);
-    tcase_add_test(tc, test_no_coordinator);
-    tcase_add_test(tc, test_join_timeout);
-    tcase_add_test(tc, test_bad_environment);
-    tcase_add_test(tc, test_store);
-    tcase_add_test(tc, test_ddpd_flags);
-    tcase_add_test(tc, test_ddpd_endpoints);
-    tcase_add_test(tc, test_barrier_timeout);
-    tcase_add_test(tc, test_member_left);
-    tcase_add_test(tc, test_arrival_wait);
-    tcase_add_test(tc, test_death_while_forming);
-    tcase_add_test(tc, test_stalled_member);
-    tcase_add_test(tc, test_watchdog_ends_hung_rank);
-    tcase_add_test(tc, test_jobs_side_by_side);
-    tcase_add_test(tc, test_parameter_server);
-    tcase_add_test(tc, test_ps_doorbell);
-    tcase_add_test(tc, test_ps_shared_push_without_segment);
-    tcase_add_test(tc, test_ps_segment_then_frames);
-    tcase_add_test(tc, test_ps_silent_connection);
-    tcase_add_test(tc, test_rejoin_store_quota);
-    suite_add_tcase(s, tc);
+    /* four cases, each CTest's own (PER_CASE): they run side by side */
+    TCase *join = case_of(s, tcase_create("join")), *faults = case_of(s, tcase_create("faults")),
+          *restart = case_of(s, tcase_create("restart")), *ps = case_of(s, tcase_create("ps"));
+    tcase_add_loop_test(join, test_world_sizes, 0, 4);
+    tcase_add_test(join, test_duplicate_rank_rejected);
+    tcase_add_test(join, test_version_mismatch_rejected);
+    tcase_add_test(join, test_status_table_and_json);
+    tcase_add_test(join, test_no_coordinator);
+    tcase_add_test(join, test_join_timeout);
+    tcase_add_test(join, test_bad_environment);
+    tcase_add_test(join, test_store);
+    tcase_add_test(join, test_ddpd_flags);
+    tcase_add_test(join, test_ddpd_endpoints);
+    tcase_add_test(faults, test_killed_member_named_within_3s);
+    tcase_add_test(faults, test_garbage_flood);
+    tcase_add_test(faults, test_barrier_timeout);
+    tcase_add_test(faults, test_member_left);
+    tcase_add_test(faults, test_arrival_wait);
+    tcase_add_test(faults, test_death_while_forming);
+    tcase_add_test(faults, test_stalled_member);
+    tcase_add_test(faults, test_watchdog_ends_hung_rank);
+    tcase_add_test(faults, test_jobs_side_by_side);
+    tcase_add_test(restart, test_ddpd_restart);
+    tcase_add_loop_test(restart, test_ps_restart_behind, 0, 2);
+    tcase_add_test(restart, test_rejoin_store_quota);
+    tcase_add_test(ps, test_parameter_server);
+    tcase_add_test(ps, test_ps_doorbell);
+    tcase_add_test(ps, test_ps_shared_push_without_segment);
+    tcase_add_test(ps, test_ps_segment_then_frames);
+    tcase_add_test(ps, test_ps_silent_connection);
     return check_main(s, argc, argv);
 }

@@ -306,6 +306,15 @@ static void server_form_job(server *s, job *j) {
 }
 
 /* The job and member a request comes from; answers with an error when there is none. */
+/* Whether msg comes from j's user, where the kernel names it (the Unix socket): a
+ * connection of another user that took a member's routing id over (ZeroMQ hands a
+ * reconnecting id over) is not that member. */
+static bool server_owner_speaks(const server *s, const wire_msg *msg, const job *j) {
+    uint32_t uid, pid;
+    return !s->local || s->zap || j->owner < 0 || wire_peer_credentials(msg, &uid, &pid) != 0 ||
+           (int64_t)uid == j->owner;
+}
+
 static int server_member_of(server *s, const wire_msg *msg, job **ret_job, job_member **ret_member) {
     const Ddp__Envelope *env = msg->env;
     job *j = NULL; /* the one of that name this connection joined */
@@ -314,6 +323,8 @@ static int server_member_of(server *s, const wire_msg *msg, job **ret_job, job_m
         if (strcmp(s->jobs[i]->name, env->job) == 0 &&
             (idx = job_find_member(s->jobs[i], msg->identity, msg->identity_size)) >= 0)
             j = s->jobs[i];
+    if (idx >= 0 && !server_owner_speaks(s, msg, j))
+        idx = -1;
     if (idx < 0) {
         server_send_error(s, msg, -ENXIO, "%s: not a member of a job '%s' (it ended, or this process never joined)",
                           wire_type_name(env->type), env->job);
@@ -1088,7 +1099,7 @@ static bool server_answer_late_member(server *s, const wire_msg *msg) {
 static void server_handle(server *s, wire_msg *msg, int r) {
     job *j = NULL;
     job_member *m = NULL;
-    bool member = server_is_member(s, msg->identity, msg->identity_size, &j, &m);
+    bool member = server_is_member(s, msg->identity, msg->identity_size, &j, &m) && server_owner_speaks(s, msg, j);
     if (member) {
         uint64_t now = clock_now_ms();
         if (m->stalled[0]) {

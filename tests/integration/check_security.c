@@ -188,6 +188,64 @@ START_TEST(test_ps_segment_of_another_user) {
 }
 END_TEST
 
+/* A DEALER on root's ddpd with the given ZeroMQ routing id (a member's, taken over). */
+static void *dealer_as(void *ctx, const char *id) {
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_int_eq(wire_socket_setup(d, DDP_MAX_CONTROL_MSG_BYTES), 0);
+    ck_assert_int_eq(zmq_setsockopt(d, ZMQ_ROUTING_ID, id, strlen(id)), 0);
+    ck_assert_int_eq(zmq_connect(d, endpoint), 0);
+    return d;
+}
+
+/* Another user who connects with the routing id of one of root's members (ZeroMQ hands a
+ * reconnecting id over to the newer connection) is not that member: its Leave is refused,
+ * and root's member stays in its job. */
+START_TEST(test_routing_id_of_another_user) {
+    ddpd_proc d;
+    start_ddpd(&d, NULL, NULL);
+    const char *id = "root-member-0001";
+    void *ctx = zmq_ctx_new();
+    void *mine = dealer_as(ctx, id);
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.world_size = 2;
+    join.rank = 0;
+    join.pid = (uint32_t)getpid();
+    join.host = (char *)"test";
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "taken", -1, 0, 1);
+    env.join = &join;
+    ck_assert_int_eq(wire_send(mine, NULL, 0, &env, NULL, 0), 0);
+    ck_assert_msg(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) { /* a fresh context: the parent's is not the child's to use */
+        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+            _exit(3);
+        void *theirs_ctx = zmq_ctx_new();
+        void *theirs = dealer_as(theirs_ctx, id);
+        Ddp__Leave leave = DDP__LEAVE__INIT;
+        Ddp__Envelope out;
+        wire_envelope_init(&out, DDP__MSG_TYPE__LEAVE, "taken", 0, 0, 2);
+        out.leave = &leave;
+        wire_msg msg;
+        int refused = raw_request(theirs, &out, WAIT_MS, &msg) == 0 && msg.env->type == DDP__MSG_TYPE__ERROR &&
+                      msg.env->error->code == -ENXIO;
+        zmq_close(theirs);
+        zmq_ctx_term(theirs_ctx);
+        _exit(refused ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the other user's Leave: status %d: %s", status,
+                  proc_output_tail(&d.p));
+    ck_assert_msg(!strstr(proc_output(&d.p), "left while forming"), "%s", proc_output_tail(&d.p));
+    zmq_close(mine);
+    zmq_ctx_term(ctx);
+    stop_ddpd(&d);
+}
+END_TEST
+
 /* While root is over a quota, the other user's job of one member runs to its end. */
 static void others_undisturbed(void) {
     proc theirs;
@@ -522,6 +580,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_other_user);
     tcase_add_test(tc, test_quotas);
     tcase_add_test(tc, test_ps_segment_of_another_user);
+    tcase_add_test(tc, test_routing_id_of_another_user);
     if (geteuid() == 0)
         suite_add_tcase(s, tc);
     TCase *curve = tcase_create("curve");

@@ -3,7 +3,9 @@
  * input spells (client, frame count, each frame's length and bytes); the server answers
  * every one, then one housekeeping tick. Nothing a peer sends may crash it or make it
  * leak; a job it forms from the input is as real as any. */
+#include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <zmq.h>
 
@@ -39,8 +41,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                            .user_store_mb = 0.01,
                            .user_store_waits = 8,
                            .user_ps_mb = 1};
-    if (server_open(&s, &opts) < 0)
+    int opened;
+    while ((opened = server_open(&s, &opts)) == -EINTR) { /* libFuzzer's timer again */
+        server_close(&s);
+        s = (server){0};
+    }
+    if (opened < 0) {
+        fprintf(stderr, "fuzz_ddpd: server_open: %s\n", zmq_strerror(-opened));
         abort();
+    }
     void *clients[CLIENTS];
     for (int i = 0; i < CLIENTS; i++) {
         clients[i] = zmq_socket(s.zmq_ctx, ZMQ_DEALER);
@@ -48,8 +57,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int n = snprintf(id, sizeof(id), "client-%d", i), linger = 0;
         zmq_setsockopt(clients[i], ZMQ_ROUTING_ID, id, (size_t)n);
         zmq_setsockopt(clients[i], ZMQ_LINGER, &linger, sizeof(linger));
-        if (zmq_connect(clients[i], "inproc://fuzz-ddpd") < 0)
+        int r; /* EINTR: libFuzzer's timer, while the connect waited on the context */
+        while ((r = zmq_connect(clients[i], "inproc://fuzz-ddpd")) < 0 && zmq_errno() == EINTR)
+            continue;
+        if (r < 0) {
+            fprintf(stderr, "fuzz_ddpd: connecting client %d: %s\n", i, zmq_strerror(zmq_errno()));
             abort();
+        }
     }
     fuzz_cursor in = {data, size};
     for (int msgs = 0; in.size && msgs < 64; msgs++) {

@@ -31,7 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t len = f == frames - 1 ? in.size : (size_t)fuzz_byte(&in) | (size_t)fuzz_byte(&in) << 8;
         const uint8_t *bytes;
         len = fuzz_bytes(&in, len, &bytes);
-        if (zmq_send(dealer, bytes, len, f < frames - 1 ? ZMQ_SNDMORE : 0) < 0)
+        int r;
+        while ((r = zmq_send(dealer, bytes, len, f < frames - 1 ? ZMQ_SNDMORE : 0)) < 0 && zmq_errno() == EINTR)
+            continue; /* libFuzzer's timer */
+        if (r < 0)
             abort();
     }
     zmq_pollitem_t item = {.socket = router, .events = ZMQ_POLLIN};

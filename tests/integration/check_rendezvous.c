@@ -699,8 +699,17 @@ START_TEST(test_parameter_server) {
             generation = msg.env->welcome->generation;
             wire_msg_close(&msg);
         }
-        if (order == 0)
+        if (order == 0) { /* the push, and a request after it answered: ddpd has taken the push before b leaves */
             ck_assert_int_eq(ps_push(a, job, generation, 0, 0, x0, 3, 40), 0);
+            Ddp__StoreGet get = DDP__STORE_GET__INIT;
+            get.key = (char *)"after-the-push";
+            Ddp__Envelope req;
+            wire_envelope_init(&req, DDP__MSG_TYPE__STORE_GET, job, 0, generation, 43);
+            req.store_get = &get;
+            ck_assert_int_eq(raw_request(a, &req, WAIT_MS, &msg), 0);
+            ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__STORE_VALUE);
+            wire_msg_close(&msg);
+        }
         Ddp__Leave leave = DDP__LEAVE__INIT;
         Ddp__Envelope env;
         wire_envelope_init(&env, DDP__MSG_TYPE__LEAVE, job, 1, generation, 41);

@@ -115,24 +115,27 @@ static int ask_for_descriptor(const char *name) {
     return got;
 }
 
-/* The stranger: after rank 0 has had time to listen, every ddp-shm- socket of the host. */
+/* The stranger: every ddp-shm- socket of the host, once there is one (rank 0 listens until
+ * rank 1 comes, and rank 1 waits for the stranger), looking for 10 s at most. */
 static void stranger(void) {
-    usleep(300 * 1000);
-    FILE *f = fopen("/proc/net/unix", "r");
-    char line[512];
     int refused = 0, served = 0;
-    while (f && fgets(line, sizeof(line), f)) {
-        char *at = strstr(line, "@ddp-shm-");
-        if (!at)
-            continue;
-        at[strcspn(at, " \n")] = '\0';
-        if (ask_for_descriptor(at))
-            served++;
-        else
-            refused++;
+    for (int tries = 0; tries < 200 && refused + served == 0; tries++) {
+        usleep(50 * 1000);
+        FILE *f = fopen("/proc/net/unix", "r");
+        char line[512];
+        while (f && fgets(line, sizeof(line), f)) {
+            char *at = strstr(line, "@ddp-shm-");
+            if (!at)
+                continue;
+            at[strcspn(at, " \n")] = '\0';
+            if (ask_for_descriptor(at))
+                served++;
+            else
+                refused++;
+        }
+        if (f)
+            fclose(f);
     }
-    if (f)
-        fclose(f);
     printf("stranger: refused %d, served %d\n", refused, served);
 }
 

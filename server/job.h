@@ -55,6 +55,7 @@ typedef struct {
     uint64_t generation; /* set when it forms */
     /* Rejoined after ddpd restarted: running, until every rank is back or the deadline */
     bool recovering;
+    size_t n_left; /* running members that said they leave (job_member.left) */
     uint64_t recover_deadline_ms;
     uint64_t created_ms;
     uint64_t progress_logged_ms;

@@ -566,7 +566,7 @@ static void server_fail_barrier(server *s, job *j, int code, const char *why) {
 
 /* The member of ps job j that left, if any: no average can be made without its pushes. */
 static const job_member *server_ps_leaver(const job *j) {
-    for (size_t i = 0; j->n_ps_layout && i < j->n_members; i++)
+    for (size_t i = 0; j->n_ps_layout && j->n_left && i < j->n_members; i++) /* a look only once one left */
         if (j->members[i].left)
             return &j->members[i];
     return NULL;
@@ -584,6 +584,7 @@ static void server_on_leave(server *s, const wire_msg *msg) {
             server_remove_job(s, j);
         return;
     }
+    j->n_left += !m->left;
     m->left = true;
     log_info("job '%s': rank %d (pid %u on %s) left", j->name, m->rank, m->pid, m->host);
     if (j->barrier_arrived) {

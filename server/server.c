@@ -305,7 +305,6 @@ static void server_form_job(server *s, job *j) {
              (unsigned long long)j->generation, j->mode[0] ? ", mode " : "", j->mode);
 }
 
-/* The job and member a request comes from; answers with an error when there is none. */
 /* Whether msg comes from j's user, where the kernel names it (the Unix socket): a
  * connection of another user that took a member's routing id over (ZeroMQ hands a
  * reconnecting id over) is not that member. */
@@ -315,6 +314,7 @@ static bool server_owner_speaks(const server *s, const wire_msg *msg, const job 
            (int64_t)uid == j->owner;
 }
 
+/* The job and member a request comes from; answers with an error when there is none. */
 static int server_member_of(server *s, const wire_msg *msg, job **ret_job, job_member **ret_member) {
     const Ddp__Envelope *env = msg->env;
     job *j = NULL; /* the one of that name this connection joined */

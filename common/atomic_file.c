@@ -114,6 +114,7 @@ int atomic_file_check(const char *path, const char *flag, char *err, size_t err_
 int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *flag, char *err, size_t err_size) {
     f->fd = -1;
     f->unnamed = 0;
+    f->replaced = 0;
     int r = prepare(path, flag, f->target, err, err_size);
     if (r < 0)
         return r;
@@ -168,6 +169,7 @@ static int name_unnamed(atomic_file *f) {
 
 int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_size) {
     int r = 0;
+    f->replaced = 0;
     if (fsync(f->fd) < 0)
         r = -errno;
     if (r == 0 && f->unnamed && (r = name_unnamed(f)) == 0)
@@ -183,6 +185,7 @@ int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_s
             unlink(f->tmp);
         return r;
     }
+    f->replaced = 1;
     char dir[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", f->target);
     int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -190,8 +193,9 @@ int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_s
      * as durable as they make it. An I/O error is an error. */
     if ((dfd < 0 || fsync(dfd) < 0) && errno != EINVAL && errno != ENOTSUP && errno != EROFS) {
         r = -errno;
-        snprintf(err, err_size, "%s %s: written, but the directory could not be synced: %s", flag, f->target,
-                 strerror(-r));
+        snprintf(err, err_size,
+                 "%s %s: written, but its directory could not be synced (it may not survive a power loss): %s", flag,
+                 f->target, strerror(-r));
     }
     if (dfd >= 0)
         close(dfd);

@@ -13,6 +13,8 @@ typedef struct {
     int fd;                /* open on the new contents; -1 once committed or aborted */
     int unnamed;           /* the new contents have no name until the commit (O_TMPFILE): a process
                               killed while writing leaves nothing behind */
+    int replaced;          /* set by the commit once the target holds the new contents: a commit
+                              that fails after that only failed to sync the directory */
 } atomic_file;
 
 /* Whether path may be replaced: a regular file or nothing yet, in a directory that exists
@@ -24,8 +26,10 @@ int atomic_file_check(const char *path, const char *flag, char *err, size_t err_
  * hidden, exclusive, never through a link. */
 int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *flag, char *err, size_t err_size);
 /* Flushes the new contents to disk, closes, renames them over the target and makes the
- * rename durable (fsync of the directory). On failure the temporary file is removed and
- * the target left as it was; err names the target. */
+ * rename durable (fsync of the directory). On failure before the rename the temporary file
+ * is removed and the target left as it was; a failure of the directory's sync comes after
+ * it (f->replaced): the new contents are in place but may not survive a power loss. err
+ * names the target and which of the two it was. */
 int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_size);
 /* Closes and removes the temporary file; the target stays as it was. */
 void atomic_file_abort(atomic_file *f);

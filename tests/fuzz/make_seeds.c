@@ -266,7 +266,7 @@ static void checkpoint_seeds(void) {
                             .lr = 0.01,
                             .momentum = 0.5};
     unlink(path);
-    if (checkpoint_write(path, &info, params, velocity, err, sizeof(err)) < 0) {
+    if (checkpoint_write(path, &info, params, velocity, NULL, err, sizeof(err)) < 0) {
         fprintf(stderr, "make_seeds: %s\n", err);
         exit(1);
     }

@@ -639,7 +639,7 @@ START_TEST(test_checkpoint_disk_full) {
     }
     assert_output(&p, "No space left on device (the one of step 8 stays); training goes on");
     assert_output(&p, "epoch 3: ");
-    assert_output(&p, "trained to step 24, but the last checkpoint was not written: ");
+    assert_output(&p, "trained to step 24, but the last checkpoint save failed: ");
     proc_close(&p);
     ck_assert_uint_eq(read_info(ckpt).step, 8);
     snprintf(cmd, sizeof(cmd), "test $(ls -A %s | wc -l) = 1", small); /* no temporary file left */

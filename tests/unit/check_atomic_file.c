@@ -4,9 +4,12 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +17,20 @@
 #include "tests/check_main.h"
 
 static char dir[64], path[96];
+
+/* This program's fsync stands in for libc's (the executable's symbol wins), so that a
+ * test can make a disk fail: of directories, or of files, with EIO. */
+static enum { FSYNC_WORKS, FSYNC_FAILS_ON_DIRECTORIES, FSYNC_FAILS_ON_FILES } fsync_mode;
+
+int fsync(int fd) {
+    struct stat st;
+    if (fsync_mode != FSYNC_WORKS && fstat(fd, &st) == 0 &&
+        (S_ISDIR(st.st_mode) ? fsync_mode == FSYNC_FAILS_ON_DIRECTORIES : fsync_mode == FSYNC_FAILS_ON_FILES)) {
+        errno = EIO;
+        return -1;
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
 
 static void setup(void) {
     snprintf(dir, sizeof(dir), "/tmp/check_atomic_file_XXXXXX");
@@ -25,6 +42,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
+    fsync_mode = FSYNC_WORKS;
     unlink(path);
     rmdir(dir);
 }
@@ -60,6 +78,35 @@ START_TEST(test_commit) {
     open_and_write(&f, "new");
     ck_assert_msg(atomic_file_commit(&f, "--test", err, sizeof(err)) == 0, "%s", err);
     expect_contents("new");
+    ck_assert_int_eq(entries(), 1);
+}
+END_TEST
+
+/* The rename happened, the directory's sync did not: an error, but one that says the new
+ * contents are in place (a checkpoint's caller must not claim the old one stays). */
+START_TEST(test_directory_sync_fails) {
+    atomic_file f;
+    char err[256] = "";
+    open_and_write(&f, "new");
+    fsync_mode = FSYNC_FAILS_ON_DIRECTORIES;
+    ck_assert_int_eq(atomic_file_commit(&f, "--test", err, sizeof(err)), -EIO);
+    ck_assert_int_eq(f.replaced, 1);
+    ck_assert_msg(strstr(err, "written, but its directory could not be synced") != NULL, "%s", err);
+    expect_contents("new");
+    ck_assert_int_eq(entries(), 1);
+}
+END_TEST
+
+/* The contents' own sync fails: the old contents stay, and nothing beside them. */
+START_TEST(test_file_sync_fails) {
+    atomic_file f;
+    char err[256] = "";
+    open_and_write(&f, "new");
+    fsync_mode = FSYNC_FAILS_ON_FILES;
+    ck_assert_int_eq(atomic_file_commit(&f, "--test", err, sizeof(err)), -EIO);
+    ck_assert_int_eq(f.replaced, 0);
+    ck_assert_msg(strstr(err, "cannot write it") != NULL, "%s", err);
+    expect_contents("old");
     ck_assert_int_eq(entries(), 1);
 }
 END_TEST
@@ -105,6 +152,8 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("atomic_file");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_commit);
+    tcase_add_test(tc, test_directory_sync_fails);
+    tcase_add_test(tc, test_file_sync_fails);
     tcase_add_test(tc, test_abort);
     tcase_add_test(tc, test_killed_before_commit);
     suite_add_tcase(s, tc);

@@ -47,8 +47,10 @@ static int write_all(int fd, const void *p, size_t n, uLong *crc) {
 }
 
 int checkpoint_write(const char *path, const checkpoint_info *info, const float *params, const float *velocity,
-                     char *err, size_t err_size) {
+                     bool *ret_replaced, char *err, size_t err_size) {
     atomic_file f;
+    if (ret_replaced)
+        *ret_replaced = false;
     /* Only the owner reads it: parameters are the user's work. */
     int r = atomic_file_open(&f, path, 0600, CHECKPOINT_FLAG, err, err_size);
     if (r < 0)
@@ -84,7 +86,10 @@ int checkpoint_write(const char *path, const checkpoint_info *info, const float 
         atomic_file_abort(&f);
         return r;
     }
-    return atomic_file_commit(&f, CHECKPOINT_FLAG, err, err_size);
+    r = atomic_file_commit(&f, CHECKPOINT_FLAG, err, err_size);
+    if (ret_replaced)
+        *ret_replaced = f.replaced;
+    return r;
 }
 
 int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_info *ret_info, float *params,

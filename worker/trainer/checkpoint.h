@@ -4,8 +4,8 @@
  *
  * File: a fixed little-endian header, the settings training goes on with (sampler, SGD's
  * lr and momentum: version 2; version 1 files lack them and are read too), then params and
- * velocity as float32, then a CRC-32 (zlib) of everything before it. Written to a temporary file, fsync'd and renamed over
- * the old one, so a crash leaves the previous checkpoint or the new one, never half. */
+ * velocity as float32, then a CRC-32 (zlib) of everything before it. Written to a temporary file, fsync'd and renamed
+ * over the old one, so a crash leaves the previous checkpoint or the new one, never half. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -23,9 +23,11 @@ typedef struct {
     double lr, momentum;
 } checkpoint_info;
 
-/* params and velocity are host arrays of info->n_params (velocity may be NULL). */
+/* params and velocity are host arrays of info->n_params (velocity may be NULL). On failure
+ * *ret_replaced (may be NULL) says whether the new checkpoint is in place all the same (only
+ * its directory's sync failed: it may not survive a power loss) or the old one stays. */
 int checkpoint_write(const char *path, const checkpoint_info *info, const float *params, const float *velocity,
-                     char *err, size_t err_size);
+                     bool *ret_replaced, char *err, size_t err_size);
 /* Reads a checkpoint whose model and size must match expect->model and expect->n_params.
  * Refuses a corrupt file (bad magic, size, checksum) with a message naming it. */
 int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_info *ret_info, float *params,

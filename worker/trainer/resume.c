@@ -57,10 +57,18 @@ int resume_save(trainer *t) {
     snprintf(info.model, sizeof(info.model), "%s", m->spec.name);
     snprintf(info.sampler, sizeof(info.sampler), "%s", t->opts->sampler);
     char err[512];
-    int r = checkpoint_write(t->opts->checkpoint, &info, params, velocity, err, sizeof(err));
+    bool replaced = false;
+    int r = checkpoint_write(t->opts->checkpoint, &info, params, velocity, &replaced, err, sizeof(err));
     free(params);
     free(velocity);
-    if (r < 0) { /* the file as it was stays; training goes on, and the next save tries again */
+    if (r < 0 && replaced) { /* in place, but its directory's sync failed: training goes on */
+        t->save_error = r;
+        t->saved_step = t->step;
+        snprintf(t->save_failure, sizeof(t->save_failure), "%s", err);
+        fprintf(stderr,
+                "ddp-worker: rank 0: checkpoint of step %llu written but not made durable: %s; training goes on\n",
+                (unsigned long long)t->step, err);
+    } else if (r < 0) { /* the file as it was stays; training goes on, and the next save tries again */
         t->save_error = r;
         if (t->saved_step == UINT64_MAX)
             snprintf(t->save_failure, sizeof(t->save_failure), "%s (no checkpoint was written before)", err);
@@ -70,9 +78,10 @@ int resume_save(trainer *t) {
         fprintf(stderr, "ddp-worker: rank 0: checkpoint of step %llu not written: %s; training goes on\n",
                 (unsigned long long)t->step, t->save_failure);
         return 0;
+    } else {
+        t->save_error = 0;
+        t->saved_step = t->step;
     }
-    t->save_error = 0;
-    t->saved_step = t->step;
     if (checkpoint_keep(t->opts->checkpoint, t->step, t->opts->checkpoint_keep, err, sizeof(err)) < 0)
         fprintf(stderr, "ddp-worker: rank 0: %s (the checkpoint itself was written)\n", err);
     return 0;
@@ -80,7 +89,7 @@ int resume_save(trainer *t) {
 
 int resume_saved(trainer *t) {
     if (t->save_error)
-        return trainer_fail(t, t->save_error, "trained to step %llu, but the last checkpoint was not written: %s",
+        return trainer_fail(t, t->save_error, "trained to step %llu, but the last checkpoint save failed: %s",
                             (unsigned long long)t->step, t->save_failure);
     return 0;
 }

@@ -63,38 +63,65 @@ void wire_envelope_init(Ddp__Envelope *env, Ddp__MsgType type, const char *job, 
         env->body_case = wire_types[type].body;
 }
 
-int wire_pack(const Ddp__Envelope *env, zmq_msg_t *ret_frame) {
+static int wire_frame_init_plain(void *ctx, zmq_msg_t *msg, size_t size) {
+    (void)ctx;
+    return zmq_msg_init_size(msg, size) < 0 ? -ENOMEM : 0;
+}
+
+static const wire_frame_maker wire_plain_frames = {wire_frame_init_plain, NULL};
+
+static int wire_pack_made(const Ddp__Envelope *env, const wire_frame_maker *maker, zmq_msg_t *ret_frame) {
     size_t size = ddp__envelope__get_packed_size(env);
     if (size > DDP_MAX_ENVELOPE_BYTES)
         return -EMSGSIZE;
-    if (zmq_msg_init_size(ret_frame, size) < 0)
-        return -ENOMEM;
+    TRY(maker->init(maker->ctx, ret_frame, size));
     ddp__envelope__pack(env, zmq_msg_data(ret_frame));
     return 0;
 }
 
-int wire_send(void *socket, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env,
-              const wire_frame *payload, size_t n_payload) {
+int wire_pack(const Ddp__Envelope *env, zmq_msg_t *ret_frame) {
+    return wire_pack_made(env, &wire_plain_frames, ret_frame);
+}
+
+size_t wire_message_bytes(const Ddp__Envelope *env, const wire_frame *payload, size_t n_payload) {
+    size_t bytes = ddp__envelope__get_packed_size(env);
+    for (size_t i = 0; i < n_payload; i++)
+        bytes += payload[i].size;
+    return bytes;
+}
+
+int wire_send_made(void *socket, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env,
+                   const wire_frame *payload, size_t n_payload, const wire_frame_maker *maker) {
     if (n_payload > DDP_MAX_PAYLOAD_FRAMES)
         return -EMSGSIZE;
-    zmq_msg_t frame;
-    TRY(wire_pack(env, &frame));
+    zmq_msg_t frames[1 + DDP_MAX_PAYLOAD_FRAMES];
+    size_t n_frames = 0;
+    int r = wire_pack_made(env, maker, &frames[0]);
+    for (n_frames = r == 0 ? 1 : 0; r == 0 && n_frames <= n_payload; n_frames++) {
+        const wire_frame *p = &payload[n_frames - 1];
+        if ((r = maker->init(maker->ctx, &frames[n_frames], p->size)) < 0)
+            break;
+        if (p->size)
+            memcpy(zmq_msg_data(&frames[n_frames]), p->data, p->size);
+    }
+    /* ZeroMQ sends a multipart message atomically: nothing goes out unless all of it does;
+     * past the first part, a part is refused only for a closed socket. */
+    size_t sent = 0;
+    if (r == 0 && identity && zmq_send(socket, identity, identity_size, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        r = -errno;
+    for (; r == 0 && sent < n_frames; sent++)
+        if (zmq_msg_send(&frames[sent], socket, (sent + 1 < n_frames ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
+            r = -errno;
+            break;
+        }
+    for (size_t i = sent; i < n_frames; i++) /* those ZeroMQ did not take */
+        zmq_msg_close(&frames[i]);
+    return r;
+}
 
-    /* ZeroMQ sends a multipart message atomically: nothing goes out unless all of it does. */
-    if (identity && zmq_send(socket, identity, identity_size, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&frame);
-        return -errno;
-    }
-    if (zmq_msg_send(&frame, socket, (n_payload ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
-        int r = -errno;
-        zmq_msg_close(&frame);
-        return r;
-    }
-    for (size_t i = 0; i < n_payload; i++)
-        if (zmq_send(socket, payload[i].data, payload[i].size, (i + 1 < n_payload ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) <
-            0)
-            return -errno;
-    return 0;
+int wire_send(void *socket, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env,
+              const wire_frame *payload, size_t n_payload) {
+    return wire_send_made(socket, identity, identity_size, env, payload, n_payload, &wire_plain_frames);
 }
 
 static int wire_fail(wire_msg *msg, int err, const char *fmt, const char *detail) {

@@ -49,6 +49,21 @@ int wire_pack(const Ddp__Envelope *env, zmq_msg_t *ret_frame);
 int wire_send(void *socket, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env,
               const wire_frame *payload, size_t n_payload);
 
+/* Makes the ZeroMQ message of one frame of size bytes, for the sender to fill: wire_send's
+ * is zmq_msg_init_size; ddpd's charges it to the connection it goes to until ZeroMQ lets
+ * it go (server/reply_budget.h). 0 or a negative errno. */
+typedef struct {
+    int (*init)(void *ctx, zmq_msg_t *msg, size_t size);
+    void *ctx;
+} wire_frame_maker;
+
+/* The bytes wire_send would queue: the packed envelope and the payload. */
+size_t wire_message_bytes(const Ddp__Envelope *env, const wire_frame *payload, size_t n_payload);
+/* wire_send with the frames made by maker. Every frame is made before the first goes out,
+ * so that a failure never leaves half a message on the socket. */
+int wire_send_made(void *socket, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env,
+                   const wire_frame *payload, size_t n_payload, const wire_frame_maker *maker);
+
 /* Receives one message. With router, the first frame is the sender's identity.
  * Returns 0, -EAGAIN (nothing to read with ZMQ_DONTWAIT), or a negative error with
  * msg->error saying what was wrong: -EMSGSIZE (too many or too large frames), -EBADMSG

@@ -32,6 +32,7 @@ typedef struct {
     uint32_t local_pid;           /* the kernel's pid of its connection when on this host (ipc://), else 0 */
     char stalled[32];      /* silent past the liveness window, its process still here: its state ("T: stopped") */
     uint64_t gone_seen_ms; /* when a check first found its process gone (0: not yet): death is confirmed later */
+    size_t unread_reply_bytes; /* a reply to it went past its reply budget with this much unread: it is ended */
     uint64_t *ps_steps;    /* a rejoin's: the step of each ps bucket, until the job has recovered */
     uint64_t last_heard_ms;
     bool left;

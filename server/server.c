@@ -25,10 +25,24 @@
 
 /* ---- sending ---------------------------------------------------------------------- */
 
-static void server_send(server *s, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env) {
-    int r = wire_send(s->router, identity, identity_size, env, NULL, 0);
-    if (r < 0)
+static void server_reply_refused(server *s, const uint8_t *identity, size_t identity_size, Ddp__MsgType type,
+                                 size_t queued);
+
+/* Sends a reply charged to its connection's budget (server/reply_budget.h); limit: the
+ * budget, REPLY_BUDGET_BYTES but for a ps member's averages. */
+static void server_send_within(server *s, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env,
+                               const wire_frame *payload, size_t n_payload, size_t limit) {
+    size_t queued = 0;
+    int r =
+        reply_budgets_send(&s->replies, s->router, identity, identity_size, env, payload, n_payload, limit, &queued);
+    if (r == -ENOBUFS)
+        server_reply_refused(s, identity, identity_size, env->type, queued);
+    else if (r < 0)
         log_debug("could not send %s: %s", wire_type_name(env->type), error_string(r));
+}
+
+static void server_send(server *s, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env) {
+    server_send_within(s, identity, identity_size, env, NULL, 0, REPLY_BUDGET_BYTES);
 }
 
 /* Sends a frame made by wire_pack (and closes it): one message for many members. */
@@ -776,6 +790,8 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
     body.step = step;
     body.bucket = bucket;
     wire_frame frame = {(void *)ps_average(&j->ps, bucket), j->ps.buckets[bucket].count * sizeof(float)};
+    /* a member may hold a round of averages unread while it pushes the rest */
+    size_t limit = REPLY_BUDGET_BYTES + layout_floats(j->ps_layout, j->n_ps_layout) * sizeof(float);
     for (size_t i = 0; i < j->n_members; i++) {
         int rank = j->members[i].rank;
         body.shared = j->shm.pushed && j->shm.pushed[rank] && !j->shm.by_frame[rank];
@@ -784,10 +800,8 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
         Ddp__Envelope env;
         wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
         env.grad_avg = &body;
-        int e = wire_send(s->router, j->members[i].identity, j->members[i].identity_size, &env, &frame,
-                          body.shared ? 0 : 1);
-        if (e < 0)
-            log_debug("could not send grad-avg to rank %d: %s", j->members[i].rank, error_string(e));
+        server_send_within(s, j->members[i].identity, j->members[i].identity_size, &env, &frame, body.shared ? 0 : 1,
+                           limit);
     }
     return 0;
 }
@@ -1058,11 +1072,31 @@ int server_write_metrics(server *s, const char *path, bool up, char *err, size_t
 }
 
 /* A short printable name for a connection in logs. */
-static const char *server_peer_name(const wire_msg *msg, char *buf, size_t size) {
+static const char *server_peer_name(const uint8_t *identity, size_t identity_size, char *buf, size_t size) {
     int n = snprintf(buf, size, "peer 0x");
-    for (size_t i = 0; i < msg->identity_size && i < 8 && n > 0 && (size_t)n + 3 < size; i++)
-        n += snprintf(buf + n, size - (size_t)n, "%02x", msg->identity[i]);
+    for (size_t i = 0; i < identity_size && i < 8 && n > 0 && (size_t)n + 3 < size; i++)
+        n += snprintf(buf + n, size - (size_t)n, "%02x", identity[i]);
     return buf;
+}
+
+/* A reply that would have taken its connection past its budget was not sent: a member is
+ * ended at the next tick (its job would wait on a reply it never got), anyone else only
+ * loses the reply. */
+static void server_reply_refused(server *s, const uint8_t *identity, size_t identity_size, Ddp__MsgType type,
+                                 size_t queued) {
+    job *j;
+    job_member *m;
+    if (server_is_member(s, identity, identity_size, &j, &m)) {
+        if (!m->unread_reply_bytes)
+            m->unread_reply_bytes = queued;
+        return;
+    }
+    char peer[32];
+    s->bad_messages++;
+    log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN,
+                    "not sending %s to %s: %.1f MiB of replies to it are still unread (the most is %u MiB)",
+                    wire_type_name(type), server_peer_name(identity, identity_size, peer, sizeof(peer)),
+                    (double)queued / (1 << 20), REPLY_BUDGET_BYTES >> 20);
 }
 
 /* A member's message from a job that ended while it did not answer (stopped, starved, cut
@@ -1116,7 +1150,7 @@ static void server_handle(server *s, wire_msg *msg, int r) {
         char peer[32];
         s->bad_messages++;
         log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "dropped a bad message from %s: %s",
-                        server_peer_name(msg, peer, sizeof(peer)), msg->error);
+                        server_peer_name(msg->identity, msg->identity_size, peer, sizeof(peer)), msg->error);
         if (!msg->env)
             return; /* undecodable: nothing to answer */
         if (msg->env->type == DDP__MSG_TYPE__JOIN)
@@ -1170,7 +1204,8 @@ static void server_handle(server *s, wire_msg *msg, int r) {
     default: {
         char peer[32];
         log_ratelimited(&s->bad_input_log, LOG_LEVEL_WARN, "dropped a %s message from %s: ddpd does not take it",
-                        wire_type_name(msg->env->type), server_peer_name(msg, peer, sizeof(peer)));
+                        wire_type_name(msg->env->type),
+                        server_peer_name(msg->identity, msg->identity_size, peer, sizeof(peer)));
         server_send_error(s, msg, -EPROTO, "ddpd does not take %s messages", wire_type_name(msg->env->type));
     }
     }
@@ -1214,12 +1249,17 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
     uint64_t window = (uint64_t)s->opts.heartbeat_ms * (uint64_t)s->opts.liveness;
     for (size_t i = 0; i < j->n_members; i++) {
         job_member *m = &j->members[i];
-        if (m->left || now - m->last_heard_ms <= window)
+        if (m->left || (now - m->last_heard_ms <= window && !m->unread_reply_bytes))
             continue;
         char reason[DDP_MAX_REASON], state[sizeof(m->stalled)];
         uint64_t silent_ms = now - m->last_heard_ms;
-        /* Silent, but its process is still here: stopped, hung or starved, not dead. */
-        if (m->local_pid && process_state(m->local_pid, state, sizeof(state)) == 0) {
+        if (m->unread_reply_bytes) { /* it asks and does not read: ddpd would hold its replies without end */
+            snprintf(reason, sizeof(reason),
+                     "rank %d (pid %u on %s) does not read ddpd's replies: %.1f MiB of them were waiting when the "
+                     "next did not fit",
+                     m->rank, m->pid, m->host, (double)m->unread_reply_bytes / (1 << 20));
+        } else if (m->local_pid && process_state(m->local_pid, state, sizeof(state)) == 0) {
+            /* Silent, but its process is still here: stopped, hung or starved, not dead. */
             if (!m->stalled[0])
                 log_ratelimited(
                     &s->stall_log, LOG_LEVEL_WARN,
@@ -1303,6 +1343,7 @@ void server_tick(server *s) {
         }
         server_check_job(s, s->jobs[i], now);
     }
+    reply_budgets_sweep(&s->replies);
 }
 
 int server_tick_ms(const server *s) {
@@ -1422,5 +1463,6 @@ void server_close(server *s) {
     if (s->zmq_ctx)
         zmq_ctx_term(s->zmq_ctx);
     s->router = s->zmq_ctx = NULL;
+    reply_budgets_free(&s->replies); /* every frame let go with the context */
     endpoint_claim_release(&s->claim);
 }

@@ -10,6 +10,7 @@
 #include "server/ended_jobs.h"
 #include "server/endpoint.h"
 #include "server/job.h"
+#include "server/reply_budget.h"
 
 typedef struct {
     char *listen;
@@ -50,6 +51,7 @@ typedef struct {
     log_ratelimit bad_input_log;
     log_ratelimit stall_log;       /* hundreds of ranks starved at once: the machine, said in a few lines */
     uint64_t bad_messages, aborts; /* for the metrics */
+    reply_budgets replies;         /* what ZeroMQ holds of the replies to each connection */
 } server;
 
 /* Binds the ROUTER socket. Logs and returns a negative error on failure. */

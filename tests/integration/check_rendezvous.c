@@ -175,6 +175,76 @@ START_TEST(test_killed_member_named_within_3s) {
 }
 END_TEST
 
+/* ddpd's peak resident memory, in MiB. */
+static double peak_rss_mib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    double kib = -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %lf kB", &kib) == 1)
+            break;
+    fclose(f);
+    ck_assert(kib >= 0);
+    return kib / 1024;
+}
+
+/* A member that asks for a 1 MiB store value 200 times and reads none of the answers (its
+ * ZeroMQ takes one message in): ddpd holds at most its reply budget of them (64 MiB, not
+ * 200), ends the job naming the rank, and goes on. */
+START_TEST(test_unread_replies) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int one = 1, small_buffer = 4096;
+    ck_assert_int_eq(wire_socket_setup(s, DDP_MAX_CONTROL_MSG_BYTES), 0);
+    ck_assert_int_eq(zmq_setsockopt(s, ZMQ_RCVHWM, &one, sizeof(one)), 0);
+    ck_assert_int_eq(zmq_setsockopt(s, ZMQ_RCVBUF, &small_buffer, sizeof(small_buffer)), 0);
+    ck_assert_int_eq(zmq_connect(s, d.endpoint), 0);
+
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.world_size = 1;
+    join.rank = 0;
+    join.pid = (uint32_t)getpid();
+    join.host = (char *)"test";
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "greedy", -1, 0, 1);
+    env.join = &join;
+    wire_msg msg;
+    ck_assert_int_eq(raw_request(s, &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
+    uint64_t generation = msg.env->generation;
+    wire_msg_close(&msg);
+
+    static uint8_t value[1 << 20];
+    Ddp__StoreSet set = DDP__STORE_SET__INIT;
+    set.key = (char *)"big";
+    set.value = (ProtobufCBinaryData){sizeof(value), value};
+    wire_envelope_init(&env, DDP__MSG_TYPE__STORE_SET, "greedy", 0, generation, 2);
+    env.store_set = &set;
+    ck_assert_int_eq(raw_request(s, &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__STORE_VALUE);
+    wire_msg_close(&msg);
+    double before = peak_rss_mib(d.p.pid);
+
+    Ddp__StoreGet get = DDP__STORE_GET__INIT;
+    get.key = (char *)"big";
+    for (uint64_t i = 0; i < 200; i++) {
+        wire_envelope_init(&env, DDP__MSG_TYPE__STORE_GET, "greedy", 0, generation, 3 + i);
+        env.store_get = &get;
+        ck_assert_int_eq(wire_send(s, NULL, 0, &env, NULL, 0), 0);
+    }
+    ck_assert_msg(proc_expect(&d.p, "does not read ddpd's replies", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+    double grown = peak_rss_mib(d.p.pid) - before;
+    ck_assert_msg(grown < 64 + 32, "ddpd grew by %.0f MiB for replies nobody read", grown);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* Sends every kind of nonsense, then checks ddpd still forms a job. */
 START_TEST(test_garbage_flood) {
     ddpd_proc d;
@@ -1396,6 +1466,7 @@ int main(int argc, char **argv) {
     tcase_add_test(join, test_ddpd_endpoints);
     tcase_add_test(faults, test_killed_member_named_within_3s);
     tcase_add_test(faults, test_garbage_flood);
+    tcase_add_test(faults, test_unread_replies);
     tcase_add_test(faults, test_barrier_timeout);
     tcase_add_test(faults, test_member_left);
     tcase_add_test(faults, test_arrival_wait);

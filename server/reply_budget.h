@@ -1,0 +1,39 @@
+/* What ddpd's replies to each connection hold in memory until ZeroMQ has written them out.
+ *
+ * ZeroMQ queues what it cannot yet write to a peer up to SNDHWM messages, whatever their
+ * size: a client that asks for a 1 MiB store value a thousand times and never reads would
+ * make ddpd hold a gigabyte. So every reply's frames are charged to the connection they go
+ * to until ZeroMQ lets them go (its I/O thread frees them once written to the kernel), and
+ * a reply that would take a connection past its limit is not sent: what Redis does with
+ * client-output-buffer-limit. ddpd then ends the member (server.c); a legitimate member
+ * never gets near, as its own ZeroMQ reads everything ddpd sends as it comes.
+ *
+ * Heartbeats are not charged: one shared frame a tick, a few bytes per rank, bounded by
+ * SNDHWM. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/strmap.h"
+#include "common/wire.h"
+
+/* The limit of a connection: this, plus for a ps member a round of its job's averages. */
+#define REPLY_BUDGET_BYTES (64u << 20)
+
+typedef struct {
+    strmap by_identity; /* hex routing id -> reply_budget (reply_budget.c) */
+} reply_budgets;
+
+/* Sends as wire_send does, charging the frames to identity's connection, whose limit
+ * becomes at least limit bytes while anything is queued. -ENOBUFS, nothing sent, when the
+ * message would take the connection past it: *ret_queued says what it holds already. */
+int reply_budgets_send(reply_budgets *b, void *router, const uint8_t *identity, size_t identity_size,
+                       const Ddp__Envelope *env, const wire_frame *payload, size_t n_payload, size_t limit,
+                       size_t *ret_queued);
+/* The bytes of replies to identity that ZeroMQ still holds. */
+size_t reply_budgets_queued(const reply_budgets *b, const uint8_t *identity, size_t identity_size);
+/* Forgets the connections that hold nothing (at ddpd's tick: the map stays as small as the
+ * number of connections with replies on their way). */
+void reply_budgets_sweep(reply_budgets *b);
+/* After the ZeroMQ context has ended (every frame let go). */
+void reply_budgets_free(reply_budgets *b);

@@ -10,7 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (fd < 0)
         return 0;
     idx_images images = {0};
-    if (idx_read_images(path, &images, err, sizeof(err)) == 0 && images.n) /* touch what it gave */
+    if (idx_read_images(path, 0, &images, err, sizeof(err)) == 0 && images.n) /* touch what it gave */
         images.pixels[(size_t)images.n * images.rows * images.cols - 1] ^= 1;
     idx_images_free(&images);
     idx_labels labels = {0};

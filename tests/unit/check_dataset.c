@@ -91,7 +91,7 @@ START_TEST(test_exact_statistics) {
     write_labels(dir, TRAIN_LABELS, true, 4, labels);
     write_images(dir, TEST_IMAGES, true, 4, 2, 2, pixels);
     write_labels(dir, TEST_LABELS, true, 4, labels);
-    ck_assert_msg(dataset_load(dir, &d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(dataset_load(dir, 0, &d, err, sizeof(err)) == 0, "%s", err);
     ck_assert_double_eq(d.mean, 0.5);
     ck_assert_double_eq(d.std, 0.5);
     for (int i = 0; i < 16; i++) {
@@ -104,7 +104,7 @@ END_TEST
 START_TEST(test_load_synthetic) {
     const char *dir = make_dir("synthetic");
     write_valid(dir, true);
-    ck_assert_msg(dataset_load(dir, &d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(dataset_load(dir, 0, &d, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(d.train.n, 4);
     ck_assert_uint_eq(d.test.n, 2);
     ck_assert_uint_eq(d.train.dim, 6);
@@ -149,7 +149,7 @@ START_TEST(test_plain_files) {
     write_labels(dir, TRAIN_LABELS, false, 4, train_labels);
     write_images(dir, TEST_IMAGES, false, 2, 2, 3, test_pixels);
     write_labels(dir, TEST_LABELS, false, 2, test_labels);
-    ck_assert_msg(dataset_load(dir, &d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(dataset_load(dir, 0, &d, err, sizeof(err)) == 0, "%s", err);
     ck_assert_mem_eq(d.test.y, test_labels, 2);
 }
 END_TEST
@@ -162,7 +162,7 @@ START_TEST(test_prefers_gz) {
     const uint8_t other[4] = {7, 7, 7, 7};
     write_labels(dir, TRAIN_LABELS, false, 4, other);
     write_labels(dir, TRAIN_LABELS, true, 4, train_labels);
-    ck_assert_msg(dataset_load(dir, &d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(dataset_load(dir, 0, &d, err, sizeof(err)) == 0, "%s", err);
     ck_assert_mem_eq(d.train.y, train_labels, 4);
     dataset_free(&d);
 
@@ -170,7 +170,7 @@ START_TEST(test_prefers_gz) {
     char path[256];
     snprintf(path, sizeof(path), "%s/%s.gz", dir, TRAIN_LABELS);
     ck_assert_int_eq(unlink(path), 0);
-    ck_assert_msg(dataset_load(dir, &d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(dataset_load(dir, 0, &d, err, sizeof(err)) == 0, "%s", err);
     ck_assert_mem_eq(d.train.y, other, 4);
 }
 END_TEST
@@ -188,7 +188,7 @@ END_TEST
 
 /* Debian's dataset-fashion-mnist: the statistics are PyTorch's tutorial constants. */
 START_TEST(test_fashion_mnist) {
-    ck_assert_msg(dataset_load(DATASET_DEFAULT_DIR, &d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(dataset_load(DATASET_DEFAULT_DIR, 0, &d, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(d.train.n, 60000);
     ck_assert_uint_eq(d.test.n, 10000);
     ck_assert_uint_eq(d.rows, 28);
@@ -219,9 +219,23 @@ START_TEST(test_smallest) {
     write_labels(dir, TRAIN_LABELS, false, 2, (const uint8_t[]){0, 9});
     write_images(dir, TEST_IMAGES, false, 1, 1, 1, (const uint8_t[]){51});
     write_labels(dir, TEST_LABELS, false, 1, (const uint8_t[]){4});
-    ck_assert_msg(dataset_load(dir, &d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(dataset_load(dir, 0, &d, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(d.train.dim, 1);
     ck_assert_float_eq_tol(d.test.x[0], (0.2 - 0.5) / 0.5, 1e-6);
+}
+END_TEST
+
+/* A model that takes other images: refused by name before any data is read. */
+START_TEST(test_wanted_pixels) {
+    const char *dir = make_dir("wanted");
+    write_valid(dir, true);
+    ck_assert_int_eq(dataset_load(dir, 784, &d, err, sizeof(err)), -EDOM);
+    ck_assert_msg(strstr(err, TRAIN_IMAGES) && strstr(err, "2x3 images (6 pixels each), not the 784 pixels wanted"),
+                  "%s", err);
+    assert_empty();
+    ck_assert_int_eq(dataset_load(dir, 2000000, &d, err, sizeof(err)), -EDOM);
+    ck_assert_msg(dataset_load(dir, 6, &d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(d.train.dim, 6);
 }
 END_TEST
 
@@ -232,7 +246,7 @@ START_TEST(test_constant_pixels) {
     write_labels(dir, TRAIN_LABELS, false, 1, (const uint8_t[]){0});
     write_images(dir, TEST_IMAGES, false, 2, 2, 3, test_pixels);
     write_labels(dir, TEST_LABELS, false, 2, test_labels);
-    ck_assert_int_eq(dataset_load(dir, &d, err, sizeof(err)), -EBADMSG);
+    ck_assert_int_eq(dataset_load(dir, 0, &d, err, sizeof(err)), -EBADMSG);
     ck_assert_msg(strstr(err, TRAIN_IMAGES) && strstr(err, "every training pixel is 7: std is 0"), "%s", err);
     assert_empty();
 }
@@ -246,7 +260,7 @@ START_TEST(test_missing_file) {
     char path[256];
     snprintf(path, sizeof(path), "%s/%s.gz", dir, TEST_LABELS);
     ck_assert_int_eq(unlink(path), 0);
-    ck_assert_int_eq(dataset_load(dir, &d, err, sizeof(err)), -ENOENT);
+    ck_assert_int_eq(dataset_load(dir, 0, &d, err, sizeof(err)), -ENOENT);
     char expected[512];
     snprintf(expected, sizeof(expected), "dataset %s: found neither %s.gz nor %s", dir, TEST_LABELS, TEST_LABELS);
     ck_assert_str_eq(err, expected);
@@ -257,14 +271,14 @@ END_TEST
 START_TEST(test_missing_dir) {
     char dir[128];
     snprintf(dir, sizeof(dir), "%s/no-such-dir", tmp_root);
-    ck_assert_int_eq(dataset_load(dir, &d, err, sizeof(err)), -ENOENT);
+    ck_assert_int_eq(dataset_load(dir, 0, &d, err, sizeof(err)), -ENOENT);
     ck_assert_msg(strstr(err, dir) && strstr(err, strerror(ENOENT)), "%s", err);
     char file[256];
     snprintf(file, sizeof(file), "%s/a-file", make_dir("not-dir"));
     fclose(fopen(file, "w"));
-    ck_assert_int_eq(dataset_load(file, &d, err, sizeof(err)), -ENOTDIR);
+    ck_assert_int_eq(dataset_load(file, 0, &d, err, sizeof(err)), -ENOTDIR);
     ck_assert_msg(strstr(err, file) && strstr(err, "not a directory"), "%s", err);
-    ck_assert_int_eq(dataset_load("", &d, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(dataset_load("", 0, &d, err, sizeof(err)), -EINVAL);
 }
 END_TEST
 
@@ -272,7 +286,7 @@ START_TEST(test_train_count_mismatch) {
     const char *dir = make_dir("train-mismatch");
     write_valid(dir, true);
     write_labels(dir, TRAIN_LABELS, true, 3, train_labels);
-    ck_assert_int_eq(dataset_load(dir, &d, err, sizeof(err)), -EBADMSG);
+    ck_assert_int_eq(dataset_load(dir, 0, &d, err, sizeof(err)), -EBADMSG);
     char expected[512];
     snprintf(expected, sizeof(expected), "training split: %s/%s.gz holds 4 images but %s/%s.gz holds 3 labels", dir,
              TRAIN_IMAGES, dir, TRAIN_LABELS);
@@ -285,7 +299,7 @@ START_TEST(test_test_count_mismatch) {
     const char *dir = make_dir("test-mismatch");
     write_valid(dir, false);
     write_images(dir, TEST_IMAGES, true, 1, 2, 3, test_pixels);
-    ck_assert_int_eq(dataset_load(dir, &d, err, sizeof(err)), -EBADMSG);
+    ck_assert_int_eq(dataset_load(dir, 0, &d, err, sizeof(err)), -EBADMSG);
     char expected[512];
     snprintf(expected, sizeof(expected), "test split: %s/%s.gz holds 1 images but %s/%s holds 2 labels", dir,
              TEST_IMAGES, dir, TEST_LABELS);
@@ -301,7 +315,7 @@ START_TEST(test_size_mismatch) {
     char gz_path[256];
     snprintf(gz_path, sizeof(gz_path), "%s/%s.gz", dir, TEST_IMAGES);
     unlink(gz_path);
-    ck_assert_int_eq(dataset_load(dir, &d, err, sizeof(err)), -EBADMSG);
+    ck_assert_int_eq(dataset_load(dir, 0, &d, err, sizeof(err)), -EBADMSG);
     ck_assert_msg(strstr(err, "holds 3x2 images but") && strstr(err, "holds 2x3") && strstr(err, TEST_IMAGES) &&
                       strstr(err, TRAIN_IMAGES),
                   "%s", err);
@@ -313,7 +327,7 @@ START_TEST(test_bad_label) {
     const char *dir = make_dir("bad-label");
     write_valid(dir, true);
     write_labels(dir, TEST_LABELS, true, 2, (const uint8_t[]){1, 10});
-    ck_assert_int_eq(dataset_load(dir, &d, err, sizeof(err)), -EBADMSG);
+    ck_assert_int_eq(dataset_load(dir, 0, &d, err, sizeof(err)), -EBADMSG);
     ck_assert_msg(strstr(err, TEST_LABELS) && strstr(err, "label 10 at index 1 is out of range [0, 10)"), "%s", err);
     assert_empty();
 }
@@ -323,7 +337,7 @@ START_TEST(test_corrupt_file) {
     const char *dir = make_dir("corrupt");
     write_valid(dir, true);
     write_labels(dir, TRAIN_IMAGES, true, 4, train_labels); /* labels where images belong */
-    ck_assert_int_eq(dataset_load(dir, &d, err, sizeof(err)), -EBADMSG);
+    ck_assert_int_eq(dataset_load(dir, 0, &d, err, sizeof(err)), -EBADMSG);
     ck_assert_msg(strstr(err, TRAIN_IMAGES) && strstr(err, "bad magic"), "%s", err);
     assert_empty();
 }
@@ -356,6 +370,7 @@ int main(int argc, char **argv) {
     tcase_add_test(real, test_fashion_mnist);
     tcase_add_test(limits, test_smallest);
     tcase_add_test(limits, test_constant_pixels);
+    tcase_add_test(limits, test_wanted_pixels);
     tcase_add_test(bad, test_missing_file);
     tcase_add_test(bad, test_missing_dir);
     tcase_add_test(bad, test_train_count_mismatch);

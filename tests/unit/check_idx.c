@@ -58,7 +58,7 @@ static void check_images_round_trip(bool gz) {
     write_idx(path, IDX_MAGIC_IMAGES, 3, (uint32_t[]){N, ROWS, COLS}, pixels, sizeof(pixels), gz);
 
     idx_images images;
-    ck_assert_msg(idx_read_images(path, &images, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(idx_read_images(path, 0, &images, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(images.n, N);
     ck_assert_uint_eq(images.rows, ROWS);
     ck_assert_uint_eq(images.cols, COLS);
@@ -139,7 +139,7 @@ START_TEST(test_gzip_members) {
     }
     free(file);
     idx_images images;
-    ck_assert_msg(idx_read_images(path, &images, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(idx_read_images(path, 0, &images, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(images.n, N);
     ck_assert_mem_eq(images.pixels, pixels, sizeof(pixels));
     idx_images_free(&images);
@@ -150,7 +150,7 @@ START_TEST(test_missing_file) {
     char path[128];
     tmp_path(path, sizeof(path), "no-such-file");
     idx_images images = {.n = 99};
-    ck_assert_int_eq(idx_read_images(path, &images, err, sizeof(err)), -ENOENT);
+    ck_assert_int_eq(idx_read_images(path, 0, &images, err, sizeof(err)), -ENOENT);
     ck_assert_msg(strstr(err, path) && strstr(err, strerror(ENOENT)), "%s", err);
     ck_assert_uint_eq(images.n, 0);
     ck_assert_ptr_null(images.pixels);
@@ -162,7 +162,7 @@ END_TEST
 
 START_TEST(test_directory) {
     idx_images images;
-    ck_assert_int_eq(idx_read_images(tmp_dir, &images, err, sizeof(err)), -EISDIR);
+    ck_assert_int_eq(idx_read_images(tmp_dir, 0, &images, err, sizeof(err)), -EISDIR);
     ck_assert_msg(strstr(err, tmp_dir) && strstr(err, "directory"), "%s", err);
 }
 END_TEST
@@ -174,7 +174,7 @@ START_TEST(test_fifo) {
     snprintf(path, sizeof(path), "%s/fifo-images-idx3-ubyte", tmp_dir);
     ck_assert_int_eq(mkfifo(path, 0600), 0);
     idx_images images;
-    ck_assert_int_eq(idx_read_images(path, &images, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(idx_read_images(path, 0, &images, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, path) && strstr(err, "not a regular file"), "%s", err);
     unlink(path);
 }
@@ -185,7 +185,7 @@ START_TEST(test_read_error) {
     if (access("/proc/self/mem", R_OK) != 0)
         return; /* no procfs here: nothing to read from */
     idx_images images;
-    ck_assert_int_eq(idx_read_images("/proc/self/mem", &images, err, sizeof(err)), -EIO);
+    ck_assert_int_eq(idx_read_images("/proc/self/mem", 0, &images, err, sizeof(err)), -EIO);
     ck_assert_msg(strstr(err, "/proc/self/mem: read error after 0 of the 16 bytes of header: ") &&
                       strstr(err, strerror(EIO)),
                   "%s", err);
@@ -219,7 +219,7 @@ START_TEST(test_largest_allowed) {
     fill_noise(payload, pixels, 7);
     write_idx(path, IDX_MAGIC_IMAGES, 3, (uint32_t[]){1, 1000, 1000}, payload, pixels, true);
     idx_images images;
-    ck_assert_msg(idx_read_images(path, &images, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(idx_read_images(path, 0, &images, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(images.rows * images.cols, DDP_MAX_IDX_ITEM_PIXELS);
     ck_assert_mem_eq(images.pixels, payload, pixels);
     idx_images_free(&images);
@@ -250,13 +250,13 @@ START_TEST(test_large_file_grows_and_truncation) {
     tmp_path(path, sizeof(path), "large");
     write_idx(path, IDX_MAGIC_IMAGES, 3, (uint32_t[]){N, SIDE, SIDE}, payload, size, false);
     idx_images images;
-    ck_assert_msg(idx_read_images(path, &images, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(idx_read_images(path, 0, &images, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(images.n, N);
     ck_assert_int_eq(memcmp(images.pixels, payload, size), 0);
     idx_images_free(&images);
 
     write_idx(path, IDX_MAGIC_IMAGES, 3, (uint32_t[]){N, SIDE, SIDE}, payload, size - 1, false);
-    ck_assert_int_eq(idx_read_images(path, &images, err, sizeof(err)), -EBADMSG);
+    ck_assert_int_eq(idx_read_images(path, 0, &images, err, sizeof(err)), -EBADMSG);
     ck_assert_msg(strstr(err, "the header promises 18350080 bytes of pixels, the file holds 18350079"), "%s", err);
     ck_assert_ptr_null(images.pixels);
     free(payload);
@@ -270,8 +270,28 @@ START_TEST(test_lying_header) {
     uint8_t payload[10] = {0};
     write_idx(path, IDX_MAGIC_IMAGES, 3, (uint32_t[]){4294, 1000, 1000}, payload, sizeof(payload), true);
     idx_images images;
-    ck_assert_int_eq(idx_read_images(path, &images, err, sizeof(err)), -EBADMSG);
+    ck_assert_int_eq(idx_read_images(path, 0, &images, err, sizeof(err)), -EBADMSG);
     ck_assert_msg(strstr(err, "the header promises 4294000000 bytes of pixels, the file holds 10"), "%s", err);
+}
+END_TEST
+
+/* Images of another size than the caller wants are refused from the header: a file whose
+ * header promises 60000 32x32 images and holds none says so, not that it is truncated. */
+START_TEST(test_wanted_pixels) {
+    char path[128];
+    tmp_path(path, sizeof(path), "wanted");
+    write_idx(path, IDX_MAGIC_IMAGES, 3, (uint32_t[]){60000, 32, 32}, NULL, 0, true);
+    idx_images images;
+    ck_assert_int_eq(idx_read_images(path, 784, &images, err, sizeof(err)), -EDOM);
+    ck_assert_msg(strstr(err, "header: 32x32 images (1024 pixels each), not the 784 pixels wanted"), "%s", err);
+    ck_assert_ptr_null(images.pixels);
+    uint8_t payload[2 * 3 * 4];
+    for (size_t i = 0; i < sizeof(payload); i++)
+        payload[i] = (uint8_t)i;
+    write_idx(path, IDX_MAGIC_IMAGES, 3, (uint32_t[]){2, 3, 4}, payload, sizeof(payload), false);
+    ck_assert_msg(idx_read_images(path, 12, &images, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(images.n, 2);
+    idx_images_free(&images);
 }
 END_TEST
 
@@ -461,7 +481,7 @@ START_TEST(test_hostile) {
         data = l.labels;
     } else {
         idx_images images;
-        r = idx_read_images(path, &images, err, sizeof(err));
+        r = idx_read_images(path, 0, &images, err, sizeof(err));
         data = images.pixels;
     }
     ck_assert_msg(r == -EBADMSG, "%s: returned %d (%s), expected -EBADMSG", c->name, r, err);
@@ -498,6 +518,7 @@ int main(int argc, char **argv) {
     tcase_add_test(limits, test_largest_allowed);
     tcase_add_test(limits, test_large_file_grows_and_truncation);
     tcase_add_test(limits, test_lying_header);
+    tcase_add_test(limits, test_wanted_pixels);
     tcase_add_loop_test(bad, test_hostile, 0, (int)(sizeof(hostile) / sizeof(hostile[0])));
     int code = check_main(s, argc, argv);
     remove_tree(tmp_dir);

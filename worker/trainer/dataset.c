@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/limits.h"
 #include "worker/trainer/idx.h"
 #include "worker/trainer/rng.h"
 
@@ -46,8 +47,8 @@ static int dataset_find(const char *dir, const char *name, char *path, size_t pa
 }
 
 /* One split's images and labels, their counts matched; paths kept for later messages. */
-static int dataset_read_split(const char *dir, const dataset_split_files *files, idx_images *images, idx_labels *labels,
-                              char *images_path, char *err, size_t err_size) {
+static int dataset_read_split(const char *dir, const dataset_split_files *files, uint32_t image_pixels,
+                              idx_images *images, idx_labels *labels, char *images_path, char *err, size_t err_size) {
     char labels_path[PATH_MAX];
     int r = dataset_find(dir, files->images_name, images_path, PATH_MAX, err, err_size);
     if (r < 0)
@@ -55,7 +56,7 @@ static int dataset_read_split(const char *dir, const dataset_split_files *files,
     r = dataset_find(dir, files->labels_name, labels_path, sizeof(labels_path), err, err_size);
     if (r < 0)
         return r;
-    r = idx_read_images(images_path, images, err, err_size);
+    r = idx_read_images(images_path, image_pixels, images, err, err_size);
     if (r < 0)
         return r;
     r = idx_read_labels(labels_path, DATASET_N_CLASSES, labels, err, err_size);
@@ -105,11 +106,16 @@ static int dataset_fill_split(dataset_split *split, const idx_images *images, id
     return 0;
 }
 
-int dataset_load(const char *dir, dataset *ret, char *err, size_t err_size) {
+int dataset_load(const char *dir, size_t image_pixels, dataset *ret, char *err, size_t err_size) {
     memset(ret, 0, sizeof(*ret));
     if (!dir || !*dir) {
         snprintf(err, err_size, "no dataset directory given");
         return -EINVAL;
+    }
+    if (image_pixels > DDP_MAX_IDX_ITEM_PIXELS) {
+        snprintf(err, err_size, "dataset %s: images of %zu pixels asked for, more than any IDX file here may hold (%u)",
+                 dir, image_pixels, DDP_MAX_IDX_ITEM_PIXELS);
+        return -EDOM;
     }
     struct stat st;
     if (stat(dir, &st) < 0) {
@@ -125,10 +131,12 @@ int dataset_load(const char *dir, dataset *ret, char *err, size_t err_size) {
     idx_images train_images = {0}, test_images = {0};
     idx_labels train_labels = {0}, test_labels = {0};
     char train_path[PATH_MAX], test_path[PATH_MAX];
-    int r = dataset_read_split(dir, &dataset_train_files, &train_images, &train_labels, train_path, err, err_size);
+    int r = dataset_read_split(dir, &dataset_train_files, (uint32_t)image_pixels, &train_images, &train_labels,
+                               train_path, err, err_size);
     if (r < 0)
         goto done;
-    r = dataset_read_split(dir, &dataset_test_files, &test_images, &test_labels, test_path, err, err_size);
+    r = dataset_read_split(dir, &dataset_test_files, (uint32_t)image_pixels, &test_images, &test_labels, test_path, err,
+                           err_size);
     if (r < 0)
         goto done;
     if (test_images.rows != train_images.rows || test_images.cols != train_images.cols) {

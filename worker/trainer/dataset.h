@@ -32,9 +32,10 @@ typedef struct {
 
 /* Returns 0, or a negative error with err naming the file and what is wrong: -ENOENT
  * (a file missing: err lists the names looked for), -EBADMSG (a malformed file, counts or
- * sizes that do not match, training pixels all equal), those of idx_read_*(). On failure
- * *ret is left zeroed. */
-int dataset_load(const char *dir, dataset *ret, char *err, size_t err_size);
+ * sizes that do not match, training pixels all equal), -EDOM (images without the
+ * image_pixels asked for, 0: any; said from the header, before the data is read), those
+ * of idx_read_*(). On failure *ret is left zeroed. */
+int dataset_load(const char *dir, size_t image_pixels, dataset *ret, char *err, size_t err_size);
 void dataset_free(dataset *d);
 /* The DDP tutorial's ToyModel data: standard normal inputs (inputs wide) and regression
  * targets (outputs wide), n_train and n_test rows, the same for the same seed on every

@@ -30,8 +30,10 @@ typedef struct {
     uint8_t *labels; /* (n) */
 } idx_labels;
 
-/* On failure *ret is left zeroed: idx_*_free() on it is harmless. */
-int idx_read_images(const char *path, idx_images *ret, char *err, size_t err_size);
+/* On failure *ret is left zeroed: idx_*_free() on it is harmless. want_pixels (0: any):
+ * the rows * cols each image must have, checked against the header before the payload is
+ * read (a file of other images is not inflated only to be refused): -EDOM if not. */
+int idx_read_images(const char *path, uint32_t want_pixels, idx_images *ret, char *err, size_t err_size);
 /* Every label must lie in [0, n_classes); n_classes in [1, 256]. */
 int idx_read_labels(const char *path, unsigned n_classes, idx_labels *ret, char *err, size_t err_size);
 

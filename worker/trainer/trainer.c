@@ -70,12 +70,12 @@ static int trainer_load_data(trainer *t) {
         return e < 0 ? trainer_fail(t, e, "out of memory for the toy data") : 0;
     }
     char err[512];
-    int e = dataset_load(t->opts->data, &t->data, err, sizeof(err));
+    int e = dataset_load(t->opts->data, (size_t)s->sizes[0], &t->data, err, sizeof(err));
+    if (e == -EDOM)
+        return trainer_refuse(t, -EINVAL, "model '%s' takes %d inputs but the images in %s do not: %s", s->name,
+                              s->sizes[0], t->opts->data, err);
     if (e < 0)
         return trainer_fail(t, e, "%s", err);
-    if ((size_t)s->sizes[0] != t->data.train.dim)
-        return trainer_refuse(t, -EINVAL, "model '%s' takes %d inputs but the images in %s have %zu pixels", s->name,
-                              s->sizes[0], t->opts->data, t->data.train.dim);
     if ((unsigned)s->sizes[s->n_layers] != t->data.n_classes)
         return trainer_refuse(t, -EINVAL, "model '%s' has %d outputs but %s has %u classes", s->name,
                               s->sizes[s->n_layers], t->opts->data, t->data.n_classes);

@@ -104,16 +104,24 @@ int wire_send_made(void *socket, const uint8_t *identity, size_t identity_size, 
         if (p->size)
             memcpy(zmq_msg_data(&frames[n_frames]), p->data, p->size);
     }
-    /* ZeroMQ sends a multipart message atomically: nothing goes out unless all of it does;
-     * past the first part, a part is refused only for a closed socket. */
+    /* ZeroMQ sends a multipart message atomically: nothing goes out unless all of it does.
+     * Past the first part, a part is refused only for a closed socket or a signal (EINTR,
+     * from the wait for ZeroMQ's commands): tried again, as a half-sent message would take
+     * the next one's parts as its own. */
     size_t sent = 0;
     if (r == 0 && identity && zmq_send(socket, identity, identity_size, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
         r = -errno;
-    for (; r == 0 && sent < n_frames; sent++)
-        if (zmq_msg_send(&frames[sent], socket, (sent + 1 < n_frames ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
+    bool started = identity != NULL;
+    for (; r == 0 && sent < n_frames; sent++) {
+        int flags = (sent + 1 < n_frames ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT, e;
+        while ((e = zmq_msg_send(&frames[sent], socket, flags)) < 0 && errno == EINTR && started)
+            ;
+        if (e < 0) {
             r = -errno;
             break;
         }
+        started = true;
+    }
     for (size_t i = sent; i < n_frames; i++) /* those ZeroMQ did not take */
         zmq_msg_close(&frames[i]);
     return r;

@@ -10,7 +10,8 @@
 typedef struct {
     atomic_size_t queued; /* bytes */
     atomic_int refs;
-    size_t limit; /* ddpd's thread only */
+    atomic_size_t *total; /* the reply_budgets' own, which outlives every frame */
+    size_t limit;         /* ddpd's thread only */
 } reply_budget;
 
 /* Where a charged frame's bytes live: after this header, which says whom to credit. */
@@ -29,6 +30,7 @@ static void charged_frame_free(void *data, void *hint) {
     (void)data;
     charged_frame *f = hint;
     atomic_fetch_sub_explicit(&f->budget->queued, f->size, memory_order_release);
+    atomic_fetch_sub_explicit(f->budget->total, f->size, memory_order_release);
     budget_unref(f->budget);
     free(f);
 }
@@ -42,6 +44,7 @@ static int charged_frame_init(void *ctx, zmq_msg_t *msg, size_t size) {
     f->size = size;
     atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&r->queued, size, memory_order_relaxed);
+    atomic_fetch_add_explicit(r->total, size, memory_order_relaxed);
     if (zmq_msg_init_data(msg, f + 1, size, charged_frame_free, f) < 0) {
         charged_frame_free(f + 1, f);
         return -ENOMEM;
@@ -58,8 +61,15 @@ static void identity_key(const uint8_t *identity, size_t identity_size, char key
     key[2 * identity_size] = '\0';
 }
 
+void reply_budgets_init(reply_budgets *b, size_t connection_bytes, size_t total_bytes) {
+    memset(&b->by_identity, 0, sizeof(b->by_identity));
+    atomic_init(&b->total, 0);
+    b->connection_bytes = connection_bytes;
+    b->total_bytes = total_bytes;
+}
+
 int reply_budgets_send(reply_budgets *b, void *router, const uint8_t *identity, size_t identity_size,
-                       const Ddp__Envelope *env, const wire_frame *payload, size_t n_payload, size_t limit,
+                       const Ddp__Envelope *env, const wire_frame *payload, size_t n_payload, size_t extra,
                        size_t *ret_queued) {
     char key[2 * WIRE_MAX_IDENTITY + 1];
     identity_key(identity, identity_size, key);
@@ -69,17 +79,20 @@ int reply_budgets_send(reply_budgets *b, void *router, const uint8_t *identity, 
             return -ENOMEM;
         atomic_init(&r->queued, 0);
         atomic_init(&r->refs, 1);
+        r->total = &b->total;
         if (strmap_put(&b->by_identity, key, r) < 0) {
             free(r);
             return -ENOMEM;
         }
     }
-    if (r->limit < limit)
-        r->limit = limit;
+    if (r->limit < b->connection_bytes + extra)
+        r->limit = b->connection_bytes + extra;
     size_t queued = atomic_load_explicit(&r->queued, memory_order_acquire);
     if (ret_queued)
         *ret_queued = queued;
-    if (queued + wire_message_bytes(env, payload, n_payload) > r->limit)
+    size_t bytes = wire_message_bytes(env, payload, n_payload);
+    if (queued + bytes > r->limit ||
+        (queued && atomic_load_explicit(&b->total, memory_order_acquire) + bytes > b->total_bytes))
         return -ENOBUFS;
     wire_frame_maker maker = {charged_frame_init, r};
     return wire_send_made(router, identity, identity_size, env, payload, n_payload, &maker);

@@ -11,24 +11,35 @@
  * Heartbeats are not charged: one shared frame a tick, a few bytes per rank, bounded by
  * SNDHWM. */
 #pragma once
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/strmap.h"
 #include "common/wire.h"
 
-/* The limit of a connection: this, plus for a ps member a round of its job's averages. */
+/* The limit of a connection: this, raised for a ps member by a round of its job's averages
+ * (for any reply, while it holds anything). */
 #define REPLY_BUDGET_BYTES (64u << 20)
+/* All connections together (a quarter of the unit's MemoryMax=8G): past it, a connection
+ * that already holds replies gets no more, so that many connections that do not read
+ * cannot add up to what one may not; one that holds none still gets its reply. */
+#define REPLY_BUDGET_TOTAL_BYTES (2ull << 30)
 
 typedef struct {
-    strmap by_identity; /* hex routing id -> reply_budget (reply_budget.c) */
+    strmap by_identity;  /* hex routing id -> reply_budget (reply_budget.c) */
+    atomic_size_t total; /* bytes queued over every connection */
+    size_t connection_bytes, total_bytes;
 } reply_budgets;
 
-/* Sends as wire_send does, charging the frames to identity's connection, whose limit
- * becomes at least limit bytes while anything is queued. -ENOBUFS, nothing sent, when the
- * message would take the connection past it: *ret_queued says what it holds already. */
+/* An empty set of budgets with these limits (ddpd: REPLY_BUDGET_BYTES and _TOTAL_BYTES). */
+void reply_budgets_init(reply_budgets *b, size_t connection_bytes, size_t total_bytes);
+/* Sends as wire_send does, charging the frames to identity's connection, whose limit is
+ * raised by extra bytes (at least; while it holds anything). -ENOBUFS, nothing sent, when
+ * the message would take the connection past its limit, or all of them past the total
+ * while it holds some: *ret_queued says what it holds already. */
 int reply_budgets_send(reply_budgets *b, void *router, const uint8_t *identity, size_t identity_size,
-                       const Ddp__Envelope *env, const wire_frame *payload, size_t n_payload, size_t limit,
+                       const Ddp__Envelope *env, const wire_frame *payload, size_t n_payload, size_t extra,
                        size_t *ret_queued);
 /* The bytes of replies to identity that ZeroMQ still holds. */
 size_t reply_budgets_queued(const reply_budgets *b, const uint8_t *identity, size_t identity_size);

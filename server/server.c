@@ -28,13 +28,13 @@
 static void server_reply_refused(server *s, const uint8_t *identity, size_t identity_size, Ddp__MsgType type,
                                  size_t queued);
 
-/* Sends a reply charged to its connection's budget (server/reply_budget.h); limit: the
- * budget, REPLY_BUDGET_BYTES but for a ps member's averages. */
+/* Sends a reply charged to its connection's budget (server/reply_budget.h), raised by
+ * extra bytes (a ps member's round of averages). */
 static void server_send_within(server *s, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env,
-                               const wire_frame *payload, size_t n_payload, size_t limit) {
+                               const wire_frame *payload, size_t n_payload, size_t extra) {
     size_t queued = 0;
     int r =
-        reply_budgets_send(&s->replies, s->router, identity, identity_size, env, payload, n_payload, limit, &queued);
+        reply_budgets_send(&s->replies, s->router, identity, identity_size, env, payload, n_payload, extra, &queued);
     if (r == -ENOBUFS)
         server_reply_refused(s, identity, identity_size, env->type, queued);
     else if (r < 0)
@@ -42,13 +42,16 @@ static void server_send_within(server *s, const uint8_t *identity, size_t identi
 }
 
 static void server_send(server *s, const uint8_t *identity, size_t identity_size, const Ddp__Envelope *env) {
-    server_send_within(s, identity, identity_size, env, NULL, 0, REPLY_BUDGET_BYTES);
+    server_send_within(s, identity, identity_size, env, NULL, 0, 0);
 }
 
 /* Sends a frame made by wire_pack (and closes it): one message for many members. */
 static void server_send_packed(server *s, const uint8_t *identity, size_t identity_size, zmq_msg_t *frame) {
-    if (zmq_send(s->router, identity, identity_size, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-        zmq_msg_send(frame, s->router, ZMQ_DONTWAIT) < 0) {
+    int e = zmq_send(s->router, identity, identity_size, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    if (e >= 0) /* the identity went: a signal must not leave the message half sent (wire.c) */
+        while ((e = zmq_msg_send(frame, s->router, ZMQ_DONTWAIT)) < 0 && errno == EINTR)
+            ;
+    if (e < 0) {
         log_debug("could not send a packed message: %s", zmq_strerror(errno));
         zmq_msg_close(frame);
     }
@@ -791,7 +794,7 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
     body.bucket = bucket;
     wire_frame frame = {(void *)ps_average(&j->ps, bucket), j->ps.buckets[bucket].count * sizeof(float)};
     /* a member may hold a round of averages unread while it pushes the rest */
-    size_t limit = REPLY_BUDGET_BYTES + layout_floats(j->ps_layout, j->n_ps_layout) * sizeof(float);
+    size_t round = layout_floats(j->ps_layout, j->n_ps_layout) * sizeof(float);
     for (size_t i = 0; i < j->n_members; i++) {
         int rank = j->members[i].rank;
         body.shared = j->shm.pushed && j->shm.pushed[rank] && !j->shm.by_frame[rank];
@@ -801,7 +804,7 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
         wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
         env.grad_avg = &body;
         server_send_within(s, j->members[i].identity, j->members[i].identity_size, &env, &frame, body.shared ? 0 : 1,
-                           limit);
+                           round);
     }
     return 0;
 }
@@ -1283,7 +1286,8 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
                      m->host, (unsigned long long)silent_ms);
         }
         if (j->state == JOB_FORMING) { /* no job to end yet: the member goes */
-            log_warn("job '%s': %s; it stopped answering while the job was forming: dropped", j->name, reason);
+            log_warn("job '%s': %s; %s while the job was forming: dropped", j->name, reason,
+                     m->unread_reply_bytes ? "its replies would have piled up" : "it stopped answering");
             job_remove_member(j, i);
             if (j->n_members == 0) {
                 server_remove_job(s, j);
@@ -1359,6 +1363,7 @@ int server_open(server *s, const server_options *opts) {
     s->next_heartbeat_ms = s->started_ms;
     s->bad_input_log = (log_ratelimit)LOG_RATELIMIT_INIT(10000, 5);
     s->stall_log = (log_ratelimit)LOG_RATELIMIT_INIT(5000, 20);
+    reply_budgets_init(&s->replies, REPLY_BUDGET_BYTES, REPLY_BUDGET_TOTAL_BYTES);
     if (opts->state_dir) {
         char err[256];
         int r = generation_load(opts->state_dir, &s->last_generation, err, sizeof(err));

@@ -454,12 +454,58 @@ START_TEST(test_max_restarts) {
 }
 END_TEST
 
+/* A stop signal while a failed job is ending (its last rank in its grace period) ends
+ * ddp-run: --max-restarts does not start the job again, whatever the exit code. Rank 1
+ * fails once rank 0 ignores SIGTERM, so that the grace period is there to be cut short. */
+START_TEST(test_stop_signal_not_restarted) {
+    char marker[64], script[512];
+    snprintf(marker, sizeof(marker), "/tmp/check_launcher_stop_%d", (int)getpid());
+    unlink(marker);
+    snprintf(script, sizeof(script),
+             "if [ \"$RANK\" = 0 ]; then trap '' TERM; touch %s; sleep 30; exit 0; fi; "
+             "while [ ! -e %s ]; do sleep 0.05; done; exit 1",
+             marker, marker);
+    const char *argv[] = {DDP_RUN_PATH, "-n", "2",  "--max-restarts", "3", "--grace-ms", "60000",
+                          "--",         "sh", "-c", script,           NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    ck_assert_msg(proc_expect(&p, "stopping the other ranks", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
+    proc_signal(&p, SIGINT);
+    int code = proc_wait(&p, WAIT_MS);
+    ck_assert_msg(code == 1, "ddp-run exited %d, not 1 (the failed rank's):\n%s", code, proc_output_tail(&p));
+    assert_output_has(&p, "received SIGINT again; killing the ranks now");
+    ck_assert_msg(!strstr(proc_output(&p), "starting it again"), "%s", proc_output_tail(&p));
+    proc_close(&p);
+    unlink(marker);
+}
+END_TEST
+
+/* Started under nohup (SIGHUP ignored): ddp-run and its ranks go on through a SIGHUP, as
+ * with any program a shell starts so. */
+START_TEST(test_ignored_hangup) {
+    const char *rank = "kill -HUP $$; echo \"ready $RANK\"; sleep 1; echo \"done $RANK\"";
+    const char *argv[] = {"/bin/sh", "-c", "trap '' HUP; exec \"$0\" -n 2 -- sh -c \"$1\"", DDP_RUN_PATH, rank, NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&p, "] ready ", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
+    proc_signal(&p, SIGHUP);
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s", proc_output_tail(&p));
+    assert_output_has(&p, "[rank 0] done 0");
+    assert_output_has(&p, "[rank 1] done 1");
+    ck_assert_msg(!strstr(proc_output(&p), "received SIGHUP"), "%s", proc_output_tail(&p));
+    proc_close(&p);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("launcher");
     TCase *tc = tcase_create("launcher");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_four_ranks);
     tcase_add_test(tc, test_max_restarts);
+    tcase_add_test(tc, test_stop_signal_not_restarted);
+    tcase_add_test(tc, test_ignored_hangup);
     tcase_add_test(tc, test_many_ranks);
     tcase_add_test(tc, test_first_failure_stops_the_rest);
     tcase_add_loop_test(tc, test_signal_forwarded, 0, 2);

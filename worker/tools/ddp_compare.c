@@ -199,7 +199,7 @@ static int run_mode(const compare_options *o, const char *program, char **extra,
            bucket_mb > 0 ? " (bucket sweep)" : "");
     fflush(stdout);
     int code = 1;
-    launcher_run(&launch, &code);
+    launcher_run(&launch, &code, NULL);
     free(argv);
     return code;
 }

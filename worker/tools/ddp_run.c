@@ -136,10 +136,11 @@ int main(int argc, char **argv) {
     int exit_code = 1;
     for (int attempt = 0;; attempt++) {
         exit_code = 1;
-        launcher_run(&launch, &exit_code); /* it logs its own failures */
-        /* Done, told to stop (SIGINT, SIGTERM, SIGHUP), or out of restarts. */
-        bool stopped = exit_code == 130 || exit_code == 143 || exit_code == 129;
-        if (exit_code == 0 || stopped || attempt >= opts.max_restarts)
+        int stop_signal = 0;
+        launcher_run(&launch, &exit_code, &stop_signal); /* it logs its own failures */
+        /* Done, told to stop (SIGINT, SIGTERM, SIGHUP: even while a failed job was ending),
+         * or out of restarts. A rank's own exit code, whatever it is, is a failure. */
+        if (exit_code == 0 || stop_signal || attempt >= opts.max_restarts)
             break;
         log_warn("the job failed (exit code %d); starting it again (%d of %d restarts)", exit_code, attempt + 1,
                  opts.max_restarts);

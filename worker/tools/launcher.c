@@ -57,6 +57,7 @@ typedef struct {
     uint64_t kill_at_ms;    /* when stopping turns into SIGKILL */
     uint64_t give_up_at_ms; /* after SIGKILL: a child stuck in the kernel is left behind */
     int stop_signal;        /* forwarded to the ranks; SIGTERM when a rank failed */
+    int told_to_stop;       /* the first stop signal ddp-run itself received, or 0 */
     bool cause_set;         /* exit_code says why the job ended, first cause wins */
     int exit_code;
     struct pollfd *pfds;  /* the poll set, rebuilt each round: signals, ddpd, ranks */
@@ -70,6 +71,9 @@ static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 
 static int signal_pipe[2] = {-1, -1};
 static volatile sig_atomic_t signal_seen[N_HANDLED];
+/* Ignored when we started (nohup, a script's background job): left ignored, for us and for
+ * the ranks, as a shell would. */
+static bool signal_ignored[N_HANDLED];
 
 static void launcher_on_signal(int sig) {
     int saved_errno = errno;
@@ -94,8 +98,12 @@ static int signals_install(saved_signals *saved) {
         signal_seen[i] = 0;
     struct sigaction sa = {.sa_handler = launcher_on_signal, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < N_HANDLED; i++)
-        sigaction(handled_signals[i], &sa, &saved->old[i]);
+    for (size_t i = 0; i < N_HANDLED; i++) {
+        sigaction(handled_signals[i], NULL, &saved->old[i]);
+        signal_ignored[i] = handled_signals[i] != SIGCHLD && saved->old[i].sa_handler == SIG_IGN;
+        if (!signal_ignored[i])
+            sigaction(handled_signals[i], &sa, NULL);
+    }
     /* A reader of our output that went away must not kill the supervisor. */
     struct sigaction ignore = {.sa_handler = SIG_IGN};
     sigemptyset(&ignore.sa_mask);
@@ -114,15 +122,22 @@ static void signals_restore(const saved_signals *saved) {
     }
 }
 
-/* Empties the self-pipe and returns which signals arrived since the last call. */
+/* Empties the self-pipe and returns which signals arrived since the last call: taken with
+ * the signals held, so that one arriving between the read and the clear is not lost. */
 static void signals_take(bool seen[N_HANDLED]) {
     char drain[64];
     while (read(signal_pipe[0], drain, sizeof(drain)) > 0)
         ;
+    sigset_t handled, old_mask;
+    sigemptyset(&handled);
+    for (size_t i = 0; i < N_HANDLED; i++)
+        sigaddset(&handled, handled_signals[i]);
+    sigprocmask(SIG_BLOCK, &handled, &old_mask);
     for (size_t i = 0; i < N_HANDLED; i++) {
         seen[i] = signal_seen[i];
         signal_seen[i] = 0;
     }
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
 }
 
 static const char *signal_name(int sig) {
@@ -197,9 +212,10 @@ static int child_spawn(launcher *l, child *c, const char *label, const char *pat
         return r;
     }
     if (pid == 0) {
-        /* Ignored signals stay ignored across exec, blocked ones blocked: undo ours. */
+        /* Ignored signals stay ignored across exec, blocked ones blocked: undo ours, and
+         * leave ignored what was ignored when we started (nohup). */
         for (size_t i = 0; i < N_HANDLED; i++)
-            signal(handled_signals[i], SIG_DFL);
+            signal(handled_signals[i], signal_ignored[i] ? SIG_IGN : SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
         setpgid(0, 0);
         if (l->files_raised)
@@ -314,6 +330,8 @@ static void launcher_reap(launcher *l) {
 }
 
 static void launcher_on_stop_signal(launcher *l, int sig) {
+    if (!l->told_to_stop) /* whatever else ended the job: a stopped job is not started again */
+        l->told_to_stop = sig;
     if (l->n_started == 0 && !l->cause_set) {
         log_warn("received %s before the ranks started", signal_name(sig));
         launcher_set_cause(l, 128 + sig);
@@ -539,7 +557,7 @@ static void launcher_stop_ddpd(launcher *l) {
 
 /* ---- the public part ---- */
 
-int launcher_run(const launcher_options *opts, int *exit_code) {
+int launcher_run(const launcher_options *opts, int *exit_code, int *ret_stop_signal) {
     launcher l = {.opts = opts, .devnull = -1};
     l.ddpd.streams[0].fd = -1;
     saved_signals saved;
@@ -614,5 +632,7 @@ out:
     if (l.files_raised)
         setrlimit(RLIMIT_NOFILE, &l.files);
     *exit_code = l.cause_set ? l.exit_code : r < 0 ? 1 : 0;
+    if (ret_stop_signal)
+        *ret_stop_signal = l.told_to_stop;
     return r;
 }

@@ -11,17 +11,29 @@ static void label(FILE *out, const char *s) {
     }
 }
 
+/* job="NAME",owner="USER": two users' jobs may share a name (each user has its own). */
+static void job_labels(FILE *out, const Ddp__JobStatus *j) {
+    fprintf(out, "job=\"");
+    label(out, j->name);
+    fprintf(out, "\",owner=\"");
+    label(out, j->owner ? j->owner : "");
+    fputc('"', out);
+}
+
 void prometheus_write(FILE *out, const Ddp__StatusReply *st) {
     fprintf(out, "# HELP ddpd_up Whether ddpd answered.\n# TYPE ddpd_up gauge\nddpd_up %d\n", st != NULL);
     if (!st)
         return;
-    size_t forming = 0, running = 0;
+    static const char *const states[] = {"forming", "running", "recovering"};
+    size_t in_state[3] = {0};
     for (size_t i = 0; i < st->n_jobs; i++)
-        strcmp(st->jobs[i]->state, "running") == 0 ? running++ : forming++;
+        for (int k = 0; k < 3; k++)
+            in_state[k] += strcmp(st->jobs[i]->state, states[k]) == 0;
     fprintf(out, "# HELP ddpd_uptime_seconds Seconds since ddpd started.\n# TYPE ddpd_uptime_seconds gauge\n");
     fprintf(out, "ddpd_uptime_seconds %.3f\n", (double)st->uptime_ms / 1000.0);
     fprintf(out, "# HELP ddpd_jobs Jobs ddpd holds, by state.\n# TYPE ddpd_jobs gauge\n");
-    fprintf(out, "ddpd_jobs{state=\"forming\"} %zu\nddpd_jobs{state=\"running\"} %zu\n", forming, running);
+    for (int k = 0; k < 3; k++)
+        fprintf(out, "ddpd_jobs{state=\"%s\"} %zu\n", states[k], in_state[k]);
     fprintf(out,
             "# HELP ddpd_bad_messages_total Messages ddpd dropped or refused as malformed.\n"
             "# TYPE ddpd_bad_messages_total counter\nddpd_bad_messages_total %llu\n",
@@ -32,26 +44,26 @@ void prometheus_write(FILE *out, const Ddp__StatusReply *st) {
             (unsigned long long)st->job_aborts);
     fprintf(out, "# HELP ddpd_job_members Members that joined a job.\n# TYPE ddpd_job_members gauge\n");
     for (size_t i = 0; i < st->n_jobs; i++) {
-        fprintf(out, "ddpd_job_members{job=\"");
-        label(out, st->jobs[i]->name);
-        fprintf(out, "\",state=\"%s\",mode=\"", st->jobs[i]->state);
+        fprintf(out, "ddpd_job_members{");
+        job_labels(out, st->jobs[i]);
+        fprintf(out, ",state=\"%s\",mode=\"", st->jobs[i]->state);
         label(out, st->jobs[i]->mode);
-        fprintf(out, "\"} %zu\n", st->jobs[i]->n_members);
+        fprintf(out, "\"} %zu\n", st->jobs[i]->withheld ? (size_t)st->jobs[i]->joined : st->jobs[i]->n_members);
     }
     fprintf(out, "# HELP ddpd_job_world_size The world size a job forms at.\n# TYPE ddpd_job_world_size gauge\n");
     for (size_t i = 0; i < st->n_jobs; i++) {
-        fprintf(out, "ddpd_job_world_size{job=\"");
-        label(out, st->jobs[i]->name);
-        fprintf(out, "\"} %u\n", st->jobs[i]->world_size);
+        fprintf(out, "ddpd_job_world_size{");
+        job_labels(out, st->jobs[i]);
+        fprintf(out, "} %u\n", st->jobs[i]->world_size);
     }
     fprintf(out, "# HELP ddpd_member_last_heard_seconds Seconds since ddpd last heard from a member.\n"
                  "# TYPE ddpd_member_last_heard_seconds gauge\n");
     for (size_t i = 0; i < st->n_jobs; i++)
         for (size_t k = 0; k < st->jobs[i]->n_members; k++) {
             const Ddp__MemberStatus *m = st->jobs[i]->members[k];
-            fprintf(out, "ddpd_member_last_heard_seconds{job=\"");
-            label(out, st->jobs[i]->name);
-            fprintf(out, "\",rank=\"%d\",pid=\"%u\",host=\"", m->rank, m->pid);
+            fprintf(out, "ddpd_member_last_heard_seconds{");
+            job_labels(out, st->jobs[i]);
+            fprintf(out, ",rank=\"%d\",pid=\"%u\",host=\"", m->rank, m->pid);
             label(out, m->host);
             fprintf(out, "\"} %.3f\n", (double)m->last_heard_ms / 1000.0);
         }
@@ -65,9 +77,12 @@ void prometheus_write(FILE *out, const Ddp__StatusReply *st) {
         for (size_t i = 0; i < st->n_jobs; i++)
             for (size_t k = 0; k < st->jobs[i]->n_members; k++) {
                 const Ddp__MemberStatus *m = st->jobs[i]->members[k];
-                fprintf(out, "%s{job=\"", progress[p][0]);
-                label(out, st->jobs[i]->name);
-                fprintf(out, "\",rank=\"%d\"} ", m->rank);
+                if (m->rank < 0) /* a forming job's member that asked for any rank: no progress yet, and no
+                                    label that tells it from another such */
+                    continue;
+                fprintf(out, "%s{", progress[p][0]);
+                job_labels(out, st->jobs[i]);
+                fprintf(out, ",rank=\"%d\"} ", m->rank);
                 if (p == 0) /* exact at any step: a %g would stop moving past a million */
                     fprintf(out, "%llu\n", (unsigned long long)m->step);
                 else

@@ -130,8 +130,8 @@ START_TEST(test_notify_and_metrics) {
     int code = proc_wait(&c, WAIT_MS);
     ck_assert_msg(code == 0, "ddpctl metrics exited %d: %s", code, proc_output_tail(&c));
     expect_prometheus(proc_output(&c));
-    ck_assert_msg(strstr(proc_output(&c), "ddpd_job_members{job=\"svc\",state=\"forming\",mode=\"\"} 1"), "%s",
-                  proc_output_tail(&c));
+    ck_assert_msg(strstr(proc_output(&c), "ddpd_job_members{job=\"svc\",owner=\"\",state=\"forming\",mode=\"\"} 1"),
+                  "%s", proc_output_tail(&c));
     /* the same counters both ways (the file had two that ddpctl lacked) */
     static const char *const counters[] = {"ddpd_up 1", "ddpd_bad_messages_total 0", "ddpd_job_aborts_total 0"};
     for (int i = 0; i < 3; i++)

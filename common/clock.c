@@ -3,10 +3,14 @@
 #include <limits.h>
 #include <time.h>
 
-uint64_t clock_now_us(void) {
+uint64_t clock_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t clock_now_us(void) {
+    return clock_now_ns() / 1000u;
 }
 
 uint64_t clock_now_ms(void) {

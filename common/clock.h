@@ -2,6 +2,7 @@
 #pragma once
 #include <stdint.h>
 
+uint64_t clock_now_ns(void); /* for timing calls shorter than a microsecond */
 uint64_t clock_now_us(void);
 uint64_t clock_now_ms(void);
 

@@ -35,8 +35,10 @@ const size_t max_job_name = 64; // bytes, as ddpd takes them
 // world's first group is the job ddp-run (or DDP_JOB) names; any other (dist.new_group,
 // or a subgroup of a world whose default group is another backend's) gets a name of its
 // own, unique however many such groups the world's processes create at once.
+const std::string job_key = "torch_ddpd/job";
+
 std::string job_name(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, int index) {
-    const std::string key = "torch_ddpd/job";
+    const std::string &key = job_key;
     if (rank != 0) {
         std::vector<uint8_t> value = store->get(key);
         return std::string(value.begin(), value.end());
@@ -119,6 +121,16 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::create(const c10::intrusive
     int r = ddp_init(&opts, &group);
     TORCH_CHECK(r == 0, "ddpd: cannot join job '", job, "' as rank ", rank, " of ", size, ": ",
                 ddp_last_error(nullptr));
+    // Every rank has read the name (the job formed): it goes, so that a group made again
+    // on the same store (destroy_process_group resets torch's group prefixes; torchrun's
+    // store outlives a restart) waits for its new name instead of joining the old job.
+    if (rank == 0) {
+        try {
+            store->deleteKey(job_key);
+        } catch (const std::exception &) {
+            // a store without deleteKey: a group made again on it may join the old name
+        }
+    }
     return c10::make_intrusive<ProcessGroup>(group, rank, size);
 }
 

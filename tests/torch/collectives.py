@@ -176,6 +176,12 @@ def refused(rank, size):
         ("share memory", lambda: dist.all_reduce(torch.zeros(1).expand(4))),
         ("add up", lambda: dist.all_to_all_single(torch.zeros(2 * size), torch.zeros(2 * size),
                                                    [1] * size, [1] * size)),
+        # refused before anything is sent: not on the comm thread, which would end the job
+        ("only dense", lambda: dist.all_reduce_coalesced([torch.ones(2).to_sparse()])),
+        ("only dense", lambda: dist._all_gather_base(torch.zeros(2 * size), torch.ones(2).to_sparse())),
+        ("only dense", lambda: dist.all_to_all_single(torch.zeros(size), torch.ones(size).to_sparse())),
+        ("itself", lambda: dist.send(torch.ones(1), dst=rank)),
+        ("negative", lambda: dist.send(torch.ones(1), dst=(rank + 1) % size, tag=-1)),
     ]
     for needle, call in cases:
         try:

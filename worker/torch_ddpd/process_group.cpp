@@ -55,11 +55,16 @@ std::string job_name(const c10::intrusive_ptr<c10d::Store> &store, int rank, int
     return name;
 }
 
+// Refused before anything is posted: on the comm thread it would end the job for all.
+void check_dense(const at::Tensor &t, const char *operation) {
+    TORCH_CHECK(t.layout() == at::kStrided, "ddpd: ", operation, ": ", t.layout(),
+                " tensors are not supported, only dense ones");
+}
+
 void check_same(const std::vector<at::Tensor> &tensors, const char *operation) {
     TORCH_CHECK(!tensors.empty(), "ddpd: ", operation, " needs at least one tensor");
     for (const at::Tensor &t : tensors) {
-        TORCH_CHECK(t.layout() == at::kStrided, "ddpd: ", operation, ": ", t.layout(),
-                    " tensors are not supported, only dense ones");
+        check_dense(t, operation);
         TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "ddpd: ", operation, ": the tensors differ in type (",
                     t.scalar_type(), " and ", tensors[0].scalar_type(), ")");
         TORCH_CHECK(t.numel() == tensors[0].numel(), "ddpd: ", operation, ": the tensors differ in size (", t.numel(),
@@ -75,6 +80,12 @@ void check_one(const std::vector<at::Tensor> &tensors, const char *operation) {
 void check_root(int64_t root, int size, const char *operation) {
     TORCH_CHECK(root >= 0 && root < size, "ddpd: ", operation, ": root ", root, " is not a rank of this group of ",
                 size);
+}
+
+// As libddp would refuse them, but before anything is posted (see check_dense).
+void check_peer(int64_t peer, int self, int tag, const char *operation) {
+    TORCH_CHECK(peer != self, "ddpd: ", operation, ": rank ", self, " cannot ", operation, " to or from itself");
+    TORCH_CHECK(tag >= 0, "ddpd: ", operation, ": tag ", tag, " is negative (negative tags are reserved)");
 }
 
 // Combines a rank's several tensors into one before the all-reduce (gloo's meaning of
@@ -253,10 +264,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_coalesced(std::vector<at:
                                                                  const c10d::AllreduceCoalescedOptions &opts) {
     TORCH_CHECK(!tensors.empty(), "ddpd: allreduce_coalesced needs at least one tensor");
     c10d::ReduceOp::RedOpType op = opts.reduceOp;
-    for (const at::Tensor &t : tensors)
+    for (const at::Tensor &t : tensors) {
+        check_dense(t, "allreduce_coalesced");
         TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(),
                     "ddpd: allreduce_coalesced: the tensors differ in type (", t.scalar_type(), " and ",
                     tensors[0].scalar_type(), ")");
+    }
     ddp_dtype dtype = reduction_elements(tensors[0], &op, "allreduce_coalesced").dtype;
     ddp_op dop = reduce_op(op, "allreduce_coalesced");
     return post(c10d::OpType::ALLREDUCE_COALESCED, "ddpd:allreduce_coalesced", tensors, [this, tensors, dtype, dop] {
@@ -306,6 +319,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allgather(std::vector<std::vector<a
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::_allgather_base(at::Tensor &output, at::Tensor &input,
                                                              const c10d::AllgatherOptions &) {
+    check_dense(input, "_allgather_base");
+    check_dense(output, "_allgather_base");
     TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == getSize() * input.numel(),
                 "ddpd: _allgather_base: the output must hold world size (", getSize(), ") times the input's ",
                 input.numel(), " elements of ", input.scalar_type());
@@ -410,6 +425,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                                                                   const c10d::ReduceScatterOptions &opts) {
+    check_dense(input, "_reduce_scatter_base");
+    check_dense(output, "_reduce_scatter_base");
     TORCH_CHECK(output.scalar_type() == input.scalar_type() && input.numel() == getSize() * output.numel(),
                 "ddpd: _reduce_scatter_base: the input must hold world size (", getSize(), ") times the output's ",
                 output.numel(), " elements of ", output.scalar_type());
@@ -453,6 +470,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall_base(at::Tensor &output, a
         TORCH_CHECK(splits.empty() || (t.dim() > 0 && sum == t.size(0)), "ddpd: all_to_all_single: the ", which,
                     " splits add up to ", sum, ", not the tensor's first dimension");
     };
+    check_dense(input, "all_to_all_single");
+    check_dense(output, "all_to_all_single");
     add_up(input_splits, input, "input");
     add_up(output_splits, output, "output");
     TORCH_CHECK(input.dim() > 0 && output.dim() > 0 && even(input_splits, input) && even(output_splits, output) &&
@@ -474,6 +493,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall(std::vector<at::Tensor> &o
                 getSize(), " input and output tensors");
     std::vector<at::Tensor> all = inputs;
     all.insert(all.end(), outputs.begin(), outputs.end());
+    for (const at::Tensor &t : all)
+        check_dense(t, "all_to_all");
     TORCH_CHECK(
         [&] {
             for (const at::Tensor &t : all)
@@ -497,6 +518,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall(std::vector<at::Tensor> &o
 c10::intrusive_ptr<c10d::Work> ProcessGroup::send(std::vector<at::Tensor> &tensors, int dst, int tag) {
     check_one(tensors, "send");
     check_root(dst, getSize(), "send");
+    check_peer(dst, getRank(), tag, "send");
     at::Tensor t = tensors[0];
     return post(c10d::OpType::SEND, "ddpd:send", tensors, [this, t, dst, tag] {
         Staged s(t);
@@ -508,6 +530,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::send(std::vector<at::Tensor> &tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroup::recv(std::vector<at::Tensor> &tensors, int src, int tag) {
     check_one(tensors, "recv");
     check_root(src, getSize(), "recv");
+    check_peer(src, getRank(), tag, "recv");
     at::Tensor t = tensors[0];
     return post(c10d::OpType::RECV, "ddpd:recv", tensors, [this, t, src, tag] {
         Staged s(t, false);

@@ -793,8 +793,7 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
     body.step = step;
     body.bucket = bucket;
     wire_frame frame = {(void *)ps_average(&j->ps, bucket), j->ps.buckets[bucket].count * sizeof(float)};
-    /* a member may hold a round of averages unread while it pushes the rest */
-    size_t round = layout_floats(j->ps_layout, j->n_ps_layout) * sizeof(float);
+    size_t round = 0; /* a member may hold a round of averages unread while it pushes the rest */
     for (size_t i = 0; i < j->n_members; i++) {
         int rank = j->members[i].rank;
         body.shared = j->shm.pushed && j->shm.pushed[rank] && !j->shm.by_frame[rank];
@@ -803,6 +802,8 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
         Ddp__Envelope env;
         wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
         env.grad_avg = &body;
+        if (!body.shared && !round) /* only frames count: ranks on this host read the segment */
+            round = layout_floats(j->ps_layout, j->n_ps_layout) * sizeof(float);
         server_send_within(s, j->members[i].identity, j->members[i].identity_size, &env, &frame, body.shared ? 0 : 1,
                            round);
     }

@@ -437,10 +437,24 @@ START_TEST(test_forged_inputs) {
     expect_failure("bad-root", 2,
                    "broadcast #1: rank 1 posted its input at bytes 4096..4198400 of region 0, which is 4194304 bytes: "
                    "outside what it shared, refused");
-    /* ranks that ask ddp_alloc for other sizes: an error, not a hang */
-    expect_failure("alloc-mismatch", 3, "failed: ddp_alloc: ");
-    expect_failure("alloc-mismatch", 3,
-                   "[rank 0] failed: ddp_alloc: another rank could not take its part"); /* at once */
+    /* ranks that ask ddp_alloc for other sizes: an error, not a hang, on every rank at once.
+     * Started without ddp-run, which would stop rank 0 once another rank exits. */
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc ranks[3];
+    const char *mismatch[] = {COLL_FAULT_PATH, "alloc-mismatch", NULL};
+    for (int r = 0; r < 3; r++)
+        rank_start(&ranks[r], &d, 3, r, "alloc-mismatch", mismatch);
+    for (int r = 0; r < 3; r++) {
+        int code = proc_wait(&ranks[r], WAIT_MS);
+        const char *expected = r == 0 ? "failed: ddp_alloc: another rank could not take its part"
+                                      : "failed: ddp_alloc: rank 0 asked for 4096 bytes of shared memory where this "
+                                        "rank asked for";
+        ck_assert_msg(code == 3 && strstr(proc_output(&ranks[r]), expected), "rank %d exited %d, expected '%s' in: %s",
+                      r, code, expected, proc_output_tail(&ranks[r]));
+        proc_close(&ranks[r]);
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
     /* a process that is no rank asks for the region while rank 0 hands it over: turned
      * away, and the ranks go on (its socket's name is no secret) */
     proc p;

@@ -156,7 +156,9 @@ END_TEST
 
 /* The group's timeout is libddp's: a rank that does not come (alive, sleeping) is named when
  * it runs out, and meanwhile ddpctl status shows the PyTorch job like any other, with each
- * rank's calls as its step and what rank 0 waits in, for whom. */
+ * rank's calls as its step and what rank 0 waits in, for whom. Rank 0 catches the error
+ * and goes on: the job ends all the same, and rank 1's next call raises at once, with
+ * rank 0's reason. */
 START_TEST(test_timeout_and_status) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
@@ -199,7 +201,15 @@ START_TEST(test_timeout_and_status) {
     ck_assert_msg(proc_expect(&ranks[0], "raised after", WAIT_MS, line, sizeof(line)), "%s",
                   proc_output_tail(&ranks[0]));
     ck_assert_msg(strstr(line, "timed out after 3000 ms waiting for rank 1"), "%s", line);
-    ck_assert_int_eq(proc_wait(&ranks[0], WAIT_MS), 1);
+    /* rank 0 caught it and went on: rank 1 learns from the job's end, not its own timeout */
+    ck_assert_msg(proc_expect(&ranks[1], "raised after", WAIT_MS, line, sizeof(line)), "%s",
+                  proc_output_tail(&ranks[1]));
+    ck_assert_msg(strstr(line, "job 'torch-timeout' aborted: rank 0 (pid ") &&
+                      strstr(line, "ddpd:allreduce failed on rank 0: ") &&
+                      strstr(line, "timed out after 3000 ms waiting for rank 1"),
+                  "%s", line);
+    for (int r = 0; r < 2; r++)
+        ck_assert_int_eq(proc_wait(&ranks[r], WAIT_MS), 1);
     for (int r = 0; r < 2; r++)
         proc_close(&ranks[r]);
     ck_assert_int_eq(ddpd_stop(&d), 0);

@@ -50,13 +50,18 @@ static int coll_dispatch(comm *c, const coll_args *a) {
 }
 
 /* Runs a numbered call on this thread. A failure leaves the ranks out of step: the group
- * is unusable after it, as a communicator is after an NCCL error. */
+ * is unusable after it, as a communicator is after an NCCL error. So is an ended job,
+ * even where the call would need no wait: a peer that gave up on this very call (a
+ * timeout) may have left its input posted in shared memory, and must not be met. */
 static int coll_execute(ddp_group *g, coll_args *a) {
     if (g->failed)
         return g->failed;
-    a->call.deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms;
     comm *c = &g->comm;
-    int r = c->collectives ? c->collectives->run(c, a) : coll_dispatch(c, a);
+    int r = comm_check_end(c);
+    if (r < 0)
+        return g->failed = r;
+    a->call.deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms;
+    r = c->collectives ? c->collectives->run(c, a) : coll_dispatch(c, a);
     if (r < 0) /* a mismatched recv too: the rest of that message is still queued, out of step */
         g->failed = r;
     return r;

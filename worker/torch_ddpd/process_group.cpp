@@ -201,8 +201,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char 
                 ready->wait();
             body();
             ddp_report_progress(group_, ++calls_, 0.0); // ddpctl status: how many calls each rank has done
-        } catch (const LibddpError &) {
-            *error = std::current_exception(); // the job knows: every rank's call fails
+        } catch (const LibddpError &e) {
+            // A timeout is this rank's news only: a caller that catches it and goes on
+            // would leave the others waiting out their own. The group cannot go on (libddp
+            // fails every later call), so the job ends here for every rank.
+            if (ddp_job_status(group_) == 0)
+                ddp_abort(
+                    group_,
+                    (std::string(title) + " failed on rank " + std::to_string(getRank()) + ": " + e.what()).c_str());
+            *error = std::current_exception();
         } catch (const std::exception &e) {
             // torch failed here, around libddp: the other ranks would wait for this one
             auto *torch_error = dynamic_cast<const c10::Error *>(&e);

@@ -17,7 +17,7 @@ CommQueue::~CommQueue() {
 
 void CommQueue::start_thread_if_needed(const std::shared_ptr<State> &state) {
     // A thread in a call takes the next one after it; the others are in completions.
-    if (!state->tasks.empty() && state->idle == 0 && !state->calling && state->threads.size() < max_threads)
+    if (!state->tasks.empty() && state->idle == 0 && !state->calling)
         state->threads.emplace_back(run, state);
 }
 

@@ -5,7 +5,9 @@
 // call completes it, at once, as the fast path; but a callback may wait for a later call
 // of the same group (PowerSGD's hook does), so the calls are not held up behind a
 // completion: when a call is posted from a completion, or is waiting when a call ends,
-// and no thread is free to take it, another is started (up to max_threads).
+// and no thread is free to take it, another is started. Without a cap: each completion
+// that waits holds a thread, and a cap would leave the call it waits for with none (as
+// many threads as chains in flight, at most; they stay for the group's next burst).
 #pragma once
 
 #include <condition_variable>
@@ -33,7 +35,6 @@ class CommQueue {
     void drain_and_stop();
 
   private:
-    static constexpr size_t max_threads = 16;
     struct Task {
         std::function<void()> call, complete;
     };

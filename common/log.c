@@ -33,6 +33,14 @@ int log_level_from_string(const char *name, log_level *ret_level) {
     return -EINVAL;
 }
 
+static void (*log_sink)(void *ctx, const char *line, size_t n);
+static void *log_sink_ctx;
+
+void log_set_sink(void (*sink)(void *ctx, const char *line, size_t n), void *ctx) {
+    log_sink = sink;
+    log_sink_ctx = ctx;
+}
+
 void log_set_prefix(const char *prefix) {
     snprintf(log_prefix, sizeof(log_prefix), "%s", prefix);
 }
@@ -55,6 +63,10 @@ static void log_vwrite(log_level level, const char *fmt, va_list ap) {
         if (line[i] == '\n' || line[i] == '\r' || (unsigned char)line[i] < 0x20)
             line[i] = ' ';
     line[len++] = '\n';
+    if (log_sink) {
+        log_sink(log_sink_ctx, line, len);
+        return;
+    }
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;
 }

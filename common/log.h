@@ -5,6 +5,7 @@
  * so journalctl shows levels. Thread-safe: each line is one write(2). */
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
@@ -21,6 +22,10 @@ int log_level_from_string(const char *name, log_level *ret_level);
 
 /* The component or rank that prefixes every line: "ddpd", "rank 3". */
 void log_set_prefix(const char *prefix);
+
+/* Where lines go instead of stderr (NULL: stderr again), for a program whose loop must
+ * never block on its own output (ddp-run queues them with its ranks' lines). */
+void log_set_sink(void (*sink)(void *ctx, const char *line, size_t n), void *ctx);
 
 void log_write(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

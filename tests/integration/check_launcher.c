@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/check_main.h"
@@ -44,6 +45,37 @@ static int output_int_after(proc *p, const char *before) {
 static void assert_gone(int pid) {
     ck_assert_int_gt(pid, 0);
     ck_assert_msg(kill(pid, 0) < 0 && errno == ESRCH, "pid %d is still there", pid);
+}
+
+/* Waits for a number written to path (a pid a rank wrote). */
+static int read_number_file(const char *path) {
+    for (int i = 0; i < WAIT_MS / 20; i++) {
+        FILE *f = fopen(path, "r");
+        int n = 0;
+        bool got = f && fscanf(f, "%d", &n) == 1 && n > 0;
+        if (f)
+            fclose(f);
+        if (got)
+            return n;
+        usleep(20000);
+    }
+    ck_abort_msg("nothing in %s after %d ms", path, WAIT_MS);
+    return -1;
+}
+
+/* Whether pid runs: not gone, and not a zombie (a process ddp-run left behind may end up
+ * with a parent that does not reap it). */
+static bool process_runs(int pid) {
+    char path[64], stat[256] = "";
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    const char *state = strrchr(stat, ')');
+    return state && state[1] == ' ' && state[2] != 'Z' && state[2] != 'X';
 }
 
 START_TEST(test_four_ranks) {
@@ -498,6 +530,85 @@ START_TEST(test_ignored_hangup) {
 }
 END_TEST
 
+/* Output nobody reads (a pager left waiting, a full pipe) holds ddp-run's output, not
+ * ddp-run: a rank that fails is reaped and the other stopped as ever (the ranks' pids are
+ * gone: ddp-run reaped them), and the output comes whole once the reader reads. */
+START_TEST(test_output_not_read) {
+    char dir[] = "/tmp/check_launcher.XXXXXX", fifo[64], dir_env[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/go", dir);
+    snprintf(dir_env, sizeof(dir_env), "DIR=%s", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    const char *rank = "echo $$ > \"$DIR/pid$RANK\"; if [ $RANK = 0 ]; then yes | head -c 4000000; sleep 600; "
+                       "else sleep 1; exit 3; fi";
+    /* ddp-run's output, and then its exit code, into a pipe read once the test says go */
+    const char *argv[] = {"/bin/sh",
+                          "-c",
+                          "{ \"$0\" -n 2 -- sh -c \"$1\"; echo \"ddp-run exited $?\"; } 2>&1 | "
+                          "{ read go < \"$DIR/go\"; cat; }",
+                          DDP_RUN_PATH,
+                          rank,
+                          NULL};
+    const char *env[] = {dir_env, NULL};
+    proc p;
+    proc_start(&p, argv, env);
+    int pids[2];
+    for (int r = 0; r < 2; r++) {
+        char path[96];
+        snprintf(path, sizeof(path), "%s/pid%d", dir, r);
+        pids[r] = read_number_file(path);
+        unlink(path);
+    }
+    for (int i = 0; i < WAIT_MS / 20 && (kill(pids[0], 0) == 0 || kill(pids[1], 0) == 0); i++)
+        usleep(20000);
+    ck_assert_msg(kill(pids[0], 0) < 0 && kill(pids[1], 0) < 0,
+                  "with its output not read, ddp-run did not reap rank 1 (pid %d) and stop rank 0 (pid %d)", pids[1],
+                  pids[0]);
+    FILE *go = fopen(fifo, "w");
+    ck_assert_ptr_nonnull(go);
+    fputs("go\n", go);
+    fclose(go);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
+    char stopped[96];
+    snprintf(stopped, sizeof(stopped), "rank 1 (pid %d) exited with code 3; stopping the other ranks", pids[1]);
+    assert_output_has(&p, stopped);
+    assert_output_has(&p, "[rank 0] y\n[rank 0] y\n");
+    assert_output_has(&p, "ddp-run exited 3");
+    ck_assert_msg(!strstr(proc_output(&p), "\ny\n") && !strstr(proc_output(&p), "]  y"), "a line cut: %s",
+                  proc_output_tail(&p));
+    proc_close(&p);
+    unlink(fifo);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* What a rank started and left running when it exited is ended with the job: ddp-run
+ * signals the exited rank's process group. */
+START_TEST(test_leftovers_ended) {
+    char dir[] = "/tmp/check_launcher.XXXXXX", dir_env[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(dir_env, sizeof(dir_env), "DIR=%s", dir);
+    const char *env[] = {dir_env, NULL};
+    /* rank 0 leaves a sleep behind; rank 1 runs a while longer, so the job is not over */
+    const char *script = "if [ $RANK = 0 ]; then sleep 600 > /dev/null 2>&1 & echo $! > \"$DIR/left\"; "
+                         "else sleep 1; fi";
+    const char *args[] = {"-n", "2", "--", "sh", "-c", script, NULL};
+    proc p;
+    run_expecting(&p, args, env, 0);
+    char path[96];
+    snprintf(path, sizeof(path), "%s/left", dir);
+    int left = read_number_file(path);
+    unlink(path);
+    ck_assert_int_eq(rmdir(dir), 0);
+    for (int i = 0; i < WAIT_MS / 20 && process_runs(left); i++)
+        usleep(20000);
+    ck_assert_msg(!process_runs(left), "the sleep rank 0 left (pid %d) outlived ddp-run: %s", left,
+                  proc_output_tail(&p));
+    assert_output_has(&p, "processes that rank 0 (pid ");
+    proc_close(&p);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("launcher");
     TCase *tc = tcase_create("launcher");
@@ -506,6 +617,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_max_restarts);
     tcase_add_test(tc, test_stop_signal_not_restarted);
     tcase_add_test(tc, test_ignored_hangup);
+    tcase_add_test(tc, test_output_not_read);
+    tcase_add_test(tc, test_leftovers_ended);
     tcase_add_test(tc, test_many_ranks);
     tcase_add_test(tc, test_first_failure_stops_the_rest);
     tcase_add_loop_test(tc, test_signal_forwarded, 0, 2);

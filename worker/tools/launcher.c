@@ -25,6 +25,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "worker/tools/line_stream.h"
+#include "worker/tools/out_queue.h"
 #include "worker/tools/rank_env.h"
 
 extern char **environ;
@@ -35,7 +36,8 @@ typedef struct {
     char label[24]; /* "rank 3", "the private ddpd" */
     pid_t pid;      /* also its process group: signals reach what it started */
     bool running;
-    int code; /* exit code, 128+signal when killed by one; valid once reaped */
+    bool group_left; /* it exited with processes of its group still there: signalled at the end */
+    int code;        /* exit code, 128+signal when killed by one; valid once reaped */
     line_stream streams[2];
     int n_streams;
 } child;
@@ -60,8 +62,9 @@ typedef struct {
     int told_to_stop;       /* the first stop signal ddp-run itself received, or 0 */
     bool cause_set;         /* exit_code says why the job ended, first cause wins */
     int exit_code;
-    struct pollfd *pfds;  /* the poll set, rebuilt each round: signals, ddpd, ranks */
-    line_stream **owners; /* owners[i] reads pfds[i] */
+    out_queue out;        /* what goes to our stdout and stderr: the ranks', ddpd's and our lines */
+    struct pollfd *pfds;  /* the poll set, rebuilt each round: signals, output, ddpd, ranks */
+    line_stream **owners; /* owners[i] reads pfds[i] (NULL: not a child's pipe) */
 } launcher;
 
 /* ---- signals ---- */
@@ -233,8 +236,8 @@ static int child_spawn(launcher *l, child *c, const char *label, const char *pat
         execvp(path, argv);
         char msg[PATH_MAX + 128];
         int n = snprintf(msg, sizeof(msg), "ddp-run: cannot run '%s': %s\n", argv[0], strerror(errno));
-        if (n > 0)
-            line_write_all(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+        ssize_t w = n > 0 ? write(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1) : 0;
+        (void)w; /* into our pipe, read by the launcher */
         _exit(127);
     }
     setpgid(pid, pid); /* also here, so the group exists before we ever signal it */
@@ -246,8 +249,8 @@ static int child_spawn(launcher *l, child *c, const char *label, const char *pat
     for (int i = 0; i < n_pipes; i++) {
         close(pipes[i][1]);
         fcntl(pipes[i][0], F_SETFL, fcntl(pipes[i][0], F_GETFL) | O_NONBLOCK);
-        line_stream_init(&c->streams[i], pipes[i][0], i == 0 && split_stderr ? STDOUT_FILENO : STDERR_FILENO, prefix,
-                         quiet_info);
+        line_stream_init(&c->streams[i], pipes[i][0], i == 0 && split_stderr ? STDOUT_FILENO : STDERR_FILENO, &l->out,
+                         prefix, quiet_info);
     }
     return 0;
 }
@@ -277,10 +280,18 @@ static void launcher_kill_ranks(launcher *l) {
         child_signal(&l->ranks[i], SIGKILL);
 }
 
+/* Whether process group pgid still has a member (EPERM: one we may not signal). */
+static bool group_alive(pid_t pgid) {
+    return kill(-pgid, 0) == 0 || errno == EPERM;
+}
+
 static void launcher_rank_exited(launcher *l, child *c, int status) {
     for (int i = 0; i < c->n_streams; i++)
         line_stream_drain(&c->streams[i]);
     c->running = false;
+    /* Looked at now, while its pid still names the group: a group with members keeps the
+     * number from being given to another process, an empty one is never signalled. */
+    c->group_left = group_alive(c->pid);
     c->code = code_from_status(status);
     l->n_running--;
     char how[64];
@@ -363,12 +374,20 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
     struct pollfd *pfds = l->pfds;
     line_stream **owners = l->owners;
     size_t n = 0;
+    owners[n] = NULL;
     pfds[n++] = (struct pollfd){.fd = signal_pipe[0], .events = POLLIN};
-    if (l->have_ddpd && l->ddpd.streams[0].fd >= 0) {
+    int out_fd = out_queue_waiting_fd(&l->out);
+    if (out_fd >= 0) {
+        owners[n] = NULL;
+        pfds[n++] = (struct pollfd){.fd = out_fd, .events = POLLOUT};
+    }
+    /* Output that our reader does not take: the children wait to write theirs. */
+    bool reading = l->out.bytes < OUT_QUEUE_HIGH_BYTES;
+    if (reading && l->have_ddpd && l->ddpd.streams[0].fd >= 0) {
         owners[n] = &l->ddpd.streams[0];
         pfds[n++] = (struct pollfd){.fd = l->ddpd.streams[0].fd, .events = POLLIN};
     }
-    for (int i = 0; i < l->n_started; i++)
+    for (int i = 0; reading && i < l->n_started; i++)
         for (int k = 0; k < l->ranks[i].n_streams; k++)
             if (l->ranks[i].streams[k].fd >= 0) {
                 owners[n] = &l->ranks[i].streams[k];
@@ -379,7 +398,7 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
     bool check_children = ready == 0; /* the safety tick */
     if (ready > 0) {
         for (size_t i = 1; i < n; i++)
-            if (pfds[i].revents)
+            if (pfds[i].revents && owners[i])
                 line_stream_read(owners[i]);
         if (pfds[0].revents) {
             bool seen[N_HANDLED];
@@ -392,6 +411,7 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
     }
     if (check_children)
         launcher_reap(l);
+    out_queue_write(&l->out);
 
     now = clock_now_ms();
     if (l->stopping && !l->killed && now >= l->kill_at_ms && l->n_running > 0) {
@@ -555,6 +575,52 @@ static void launcher_stop_ddpd(launcher *l) {
     line_stream_close(&l->ddpd.streams[0]);
 }
 
+/* What a rank started and left behind when it exited (a shell's background job, a server
+ * it forked), in its process group: SIGTERM at the end of the job, SIGKILL after the grace
+ * period, as torchrun ends its workers' process groups. */
+static void launcher_end_leftovers(launcher *l) {
+    int left = 0;
+    for (int i = 0; i < l->n_started; i++) {
+        child *c = &l->ranks[i];
+        if (c->running || !c->group_left || !group_alive(c->pid)) {
+            c->group_left = false;
+            continue;
+        }
+        log_warn("processes that %s (pid %d) started outlived it; sending their group SIGTERM", c->label, (int)c->pid);
+        kill(-c->pid, SIGTERM);
+        left++;
+    }
+    uint64_t deadline = clock_now_ms() + (uint64_t)l->opts->grace_ms;
+    while (left > 0 && clock_now_ms() < deadline) {
+        uint64_t tick = clock_now_ms() + 20;
+        launcher_pump(l, tick < deadline ? tick : deadline); /* our output goes on meanwhile */
+        left = 0;
+        for (int i = 0; i < l->n_started; i++)
+            left += l->ranks[i].group_left && group_alive(l->ranks[i].pid);
+    }
+    for (int i = 0; i < l->n_started; i++)
+        if (l->ranks[i].group_left && group_alive(l->ranks[i].pid)) {
+            log_warn("processes that %s started still run %d ms after SIGTERM; sending SIGKILL", l->ranks[i].label,
+                     l->opts->grace_ms);
+            kill(-l->ranks[i].pid, SIGKILL);
+        }
+}
+
+/* The rest of our output, as long as our reader takes it; a stop signal drops it. */
+static void launcher_flush_output(launcher *l) {
+    while (!out_queue_flush(&l->out, signal_pipe[0])) {
+        bool seen[N_HANDLED];
+        signals_take(seen);
+        for (size_t i = 1; i < N_HANDLED; i++) /* [0] is SIGCHLD */
+            if (seen[i])
+                return;
+    }
+}
+
+static void launcher_log_sink(void *ctx, const char *line, size_t n) {
+    out_queue_put(ctx, STDERR_FILENO, "", line, n > 0 && line[n - 1] == '\n' ? n - 1 : n);
+}
+
 /* ---- the public part ---- */
 
 int launcher_run(const launcher_options *opts, int *exit_code, int *ret_stop_signal) {
@@ -572,9 +638,10 @@ int launcher_run(const launcher_options *opts, int *exit_code, int *ret_stop_sig
         *exit_code = 1;
         return r;
     }
+    log_set_sink(launcher_log_sink, &l.out);
     l.ranks = calloc((size_t)opts->nproc, sizeof(child));
-    l.pfds = calloc(2 + 2 * (size_t)opts->nproc, sizeof(*l.pfds));
-    l.owners = calloc(2 + 2 * (size_t)opts->nproc, sizeof(*l.owners));
+    l.pfds = calloc(3 + 2 * (size_t)opts->nproc, sizeof(*l.pfds));
+    l.owners = calloc(3 + 2 * (size_t)opts->nproc, sizeof(*l.owners));
     l.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (!l.ranks || !l.pfds || !l.owners || l.devnull < 0) {
         r = l.devnull < 0 ? -errno : -ENOMEM;
@@ -616,6 +683,8 @@ out:
     /* Whatever happened, nothing we started outlives us. */
     while (l.n_running > 0)
         launcher_pump(&l, UINT64_MAX);
+    if (l.ranks)
+        launcher_end_leftovers(&l);
     launcher_stop_ddpd(&l);
     socket_dir_remove(&l);
     if (l.ranks)
@@ -628,6 +697,9 @@ out:
     free(l.ranks);
     free(l.pfds);
     free(l.owners);
+    launcher_flush_output(&l);
+    log_set_sink(NULL, NULL);
+    out_queue_free(&l.out);
     signals_restore(&saved);
     if (l.files_raised)
         setrlimit(RLIMIT_NOFILE, &l.files);

@@ -1,39 +1,16 @@
 #include "worker/tools/line_stream.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "common/clock.h"
-
-#define WRITE_PATIENCE_MS 10000    /* for room in a full, non-blocking destination */
 #define DRAIN_MAX_BYTES (1u << 20) /* what an exited child left in its pipe, at most */
 
-void line_write_all(int fd, const char *buf, size_t n) {
-    uint64_t deadline = clock_now_ms() + WRITE_PATIENCE_MS;
-    while (n > 0) {
-        ssize_t w = write(fd, buf, n);
-        if (w > 0) {
-            buf += w;
-            n -= (size_t)w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && errno == EAGAIN && clock_now_ms() < deadline) {
-            /* An inherited non-blocking terminal or pipe: wait for room, not forever. */
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            poll(&pfd, 1, clock_ms_until(deadline));
-        } else {
-            return;
-        }
-    }
-}
-
-void line_stream_init(line_stream *s, int fd, int dest, const char *prefix, bool quiet_info) {
-    *s = (line_stream){.fd = fd, .dest = dest, .quiet_info = quiet_info};
+void line_stream_init(line_stream *s, int fd, int dest, out_queue *out, const char *prefix, bool quiet_info) {
+    *s = (line_stream){.fd = fd, .dest = dest, .out = out, .quiet_info = quiet_info};
     snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
 }
 
@@ -42,27 +19,13 @@ static bool starts_with(const char *s, size_t n, const char *prefix) {
     return n >= plen && memcmp(s, prefix, plen) == 0;
 }
 
-/* One line out, prefixed, in one write: the launcher is the only writer, so whole lines
- * never interleave, however long. */
+/* One line out, prefixed, whole: the queue writes one line before it begins the next. */
 static void stream_line(line_stream *s, const char *line, size_t n) {
     if (s->watch)
         s->watch(s->watch_ctx, line, n);
     if (s->quiet_info && (starts_with(line, n, "ddpd: info: ") || starts_with(line, n, "ddpd: debug: ")))
         return;
-    size_t plen = strlen(s->prefix);
-    char small[sizeof(s->prefix) + 4096], *out = plen + n + 1 <= sizeof(small) ? small : malloc(plen + n + 1);
-    if (!out) { /* no memory for a copy: the prefix and the line, one after the other */
-        line_write_all(s->dest, s->prefix, plen);
-        line_write_all(s->dest, line, n);
-        line_write_all(s->dest, "\n", 1);
-        return;
-    }
-    memcpy(out, s->prefix, plen);
-    memcpy(out + plen, line, n);
-    out[plen + n] = '\n';
-    line_write_all(s->dest, out, plen + n + 1);
-    if (out != small)
-        free(out);
+    out_queue_put(s->out, s->dest, s->prefix, line, n);
 }
 
 /* Passes on every complete line in the buffer. A line the buffer cannot grow for (past

@@ -1,5 +1,6 @@
 /* ddpctl: asks a running ddpd what it is doing. */
 #include <cJSON.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +12,17 @@
 #include "common/config.h"
 #include "common/curve_keys.h"
 #include "common/error.h"
+#include "common/handshake_watch.h"
 #include "common/wire.h"
 #include "server/prometheus.h"
+
+/* Exit codes, so that a script can tell a ddpd that is not there from one that said no. */
+enum {
+    EXIT_DONE = 0,
+    EXIT_FAILED = 1,    /* ddpd refused (no such job, not allowed), or the output could not be written */
+    EXIT_USAGE = 2,     /* a bad flag, command or endpoint */
+    EXIT_UNREACHED = 3, /* no answer from ddpd: not running, or the handshake failed (named) */
+};
 
 typedef struct {
     char *coordinator;
@@ -162,10 +172,12 @@ static int print_json(const char *endpoint, const Ddp__StatusReply *st) {
 }
 
 /* Sends env to ddpd and waits, within timeout_ms, for an answer of reply_type (or an Error,
- * which is printed). *msg holds the answer on success. */
+ * which is printed: -EREMOTEIO). *msg holds the answer on success. -EHOSTUNREACH when no
+ * answer came, with why where ZeroMQ knows it (a refused CURVE key). */
 static int ddpctl_request(const ddpctl_options *o, Ddp__Envelope *env, Ddp__MsgType reply_type, wire_msg *msg) {
     int r = 0;
     void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+    handshake_watch handshakes = {0};
     if (o->curve_server_key) {
         curve_keypair own;
         char err[512];
@@ -178,9 +190,10 @@ static int ddpctl_request(const ddpctl_options *o, Ddp__Envelope *env, Ddp__MsgT
             goto out;
         }
     }
-    if (!sock || wire_socket_setup(sock, DDP_MAX_CONTROL_MSG_BYTES) < 0 || zmq_connect(sock, o->coordinator) < 0) {
+    if (!sock || wire_socket_setup(sock, DDP_MAX_CONTROL_MSG_BYTES) < 0 ||
+        handshake_watch_start(&handshakes, ctx, sock) < 0 || zmq_connect(sock, o->coordinator) < 0) {
         fprintf(stderr, "ddpctl: cannot connect to '%s': %s\n", o->coordinator, zmq_strerror(zmq_errno()));
-        r = -EINVAL;
+        r = -EHOSTUNREACH;
         goto out;
     }
     if ((r = wire_send(sock, NULL, 0, env, NULL, 0)) < 0) {
@@ -191,14 +204,31 @@ static int ddpctl_request(const ddpctl_options *o, Ddp__Envelope *env, Ddp__MsgT
     for (;;) {
         zmq_pollitem_t item = {.socket = sock, .events = ZMQ_POLLIN};
         int n = zmq_poll(&item, 1, clock_ms_until(deadline));
-        if (n == 0) {
-            fprintf(stderr, "ddpctl: no answer from ddpd at '%s' within %d ms (is it running?)\n", o->coordinator,
-                    o->timeout_ms);
-            r = -ETIMEDOUT;
+        if (n < 0 && zmq_errno() == EINTR)
+            continue;
+        if (n < 0) {
+            fprintf(stderr, "ddpctl: cannot wait for ddpd's answer: %s\n", zmq_strerror(zmq_errno()));
+            r = -EHOSTUNREACH;
             goto out;
         }
-        if (n < 0)
-            continue; /* EINTR */
+        if (n == 0) {
+            handshake_outcome handshake = handshake_watch_read(&handshakes);
+            if (handshake == HANDSHAKE_KEY_REFUSED)
+                fprintf(stderr,
+                        "ddpctl: ddpd at '%s' refused this client's CURVE key (its --curve-users does not "
+                        "name its public key)\n",
+                        o->coordinator);
+            else if (handshake == HANDSHAKE_MECHANISM_DIFFERS)
+                fprintf(stderr,
+                        "ddpctl: ddpd at '%s' dropped the connection before it answered: one side speaks CURVE and "
+                        "the other not, or --curve-server-key is not its key\n",
+                        o->coordinator);
+            else
+                fprintf(stderr, "ddpctl: no answer from ddpd at '%s' within %d ms (is it running?)\n", o->coordinator,
+                        o->timeout_ms);
+            r = -EHOSTUNREACH;
+            goto out;
+        }
         r = wire_recv(sock, false, 0, msg);
         if (r < 0) {
             fprintf(stderr, "ddpctl: bad answer from '%s': %s\n", o->coordinator, msg->error);
@@ -209,13 +239,14 @@ static int ddpctl_request(const ddpctl_options *o, Ddp__Envelope *env, Ddp__MsgT
             break;
         if (msg->env->type == DDP__MSG_TYPE__ERROR) {
             fprintf(stderr, "ddpctl: ddpd answered: %s\n", msg->env->error->message);
-            r = msg->env->error->code;
+            r = -EREMOTEIO;
             wire_msg_close(msg);
             goto out;
         }
         wire_msg_close(msg);
     }
 out:
+    handshake_watch_stop(&handshakes);
     if (sock)
         zmq_close(sock);
     zmq_ctx_term(ctx);
@@ -242,10 +273,6 @@ static int ddpctl_status(const ddpctl_options *o, bool prometheus) {
 }
 
 static int ddpctl_abort(const ddpctl_options *o, const char *job) {
-    if (!wire_name_valid(job, DDP_MAX_JOB_NAME)) {
-        fprintf(stderr, "ddpctl: abort: '%s' is not a job name\n", job);
-        return -EINVAL;
-    }
     char host[DDP_MAX_HOST + 1] = "localhost", reason[DDP_MAX_REASON];
     gethostname(host, sizeof(host) - 1);
     snprintf(reason, sizeof(reason), "ddpctl abort (pid %d on %s)", (int)getpid(), host);
@@ -265,6 +292,16 @@ static int ddpctl_abort(const ddpctl_options *o, const char *job) {
     return r;
 }
 
+/* The exit code for r, once stdout is written out: output that could not be written (a
+ * full disk) is a failure too. */
+static int exit_code(int r) {
+    if (fflush(stdout) == EOF || ferror(stdout)) {
+        fprintf(stderr, "ddpctl: cannot write the output: %s\n", strerror(errno));
+        return EXIT_FAILED;
+    }
+    return r == 0 ? EXIT_DONE : r == -EHOSTUNREACH ? EXIT_UNREACHED : EXIT_FAILED;
+}
+
 int main(int argc, char **argv) {
     ddpctl_options o = {0};
     char err[512];
@@ -273,7 +310,7 @@ int main(int argc, char **argv) {
     if (r < 0) {
         fprintf(stderr, "ddpctl: %s\n", err);
         config_free(&ddpctl_spec, &o);
-        return 2;
+        return EXIT_USAGE;
     }
     if (o.help || o.version) {
         if (o.version)
@@ -281,12 +318,12 @@ int main(int argc, char **argv) {
         else
             config_print_help(&ddpctl_spec, stdout);
         config_free(&ddpctl_spec, &o);
-        return 0;
+        return exit_code(0);
     }
     if (wire_endpoint_check(o.coordinator, false, err, sizeof(err)) < 0) {
         fprintf(stderr, "ddpctl: --coordinator %s\n", err);
         config_free(&ddpctl_spec, &o);
-        return 2;
+        return EXIT_USAGE;
     }
     const char *command = first < argc ? argv[first] : "status";
     int operands = argc - first - 1; /* after the command */
@@ -298,13 +335,13 @@ int main(int argc, char **argv) {
         else
             printf("%s\n", k.public_key);
         config_free(&ddpctl_spec, &o);
-        return r < 0 ? 1 : 0;
+        return r < 0 ? EXIT_FAILED : exit_code(0);
     }
     if (!o.curve_server_key != !o.curve_key || (o.curve_server_key && !curve_key_valid(o.curve_server_key))) {
         fprintf(stderr, "ddpctl: --curve-server-key (ddpd's public key, 40 Z85 characters) and --curve-key go "
                         "together\n");
         config_free(&ddpctl_spec, &o);
-        return 2;
+        return EXIT_USAGE;
     }
     bool known = (!strcmp(command, "status") && operands <= 0) || (!strcmp(command, "metrics") && operands <= 0) ||
                  (!strcmp(command, "abort") && operands == 1);
@@ -312,12 +349,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ddpctl: '%s'%s: use status, metrics or abort JOB (see --help)\n", command,
                 !strcmp(command, "abort") ? " needs one job name" : " is not a command, or has extra arguments");
         config_free(&ddpctl_spec, &o);
-        return 2;
+        return EXIT_USAGE;
+    }
+    if (!strcmp(command, "abort") && !wire_name_valid(argv[first + 1], DDP_MAX_JOB_NAME)) {
+        fprintf(stderr, "ddpctl: abort: '%s' is not a job name\n", argv[first + 1]);
+        config_free(&ddpctl_spec, &o);
+        return EXIT_USAGE;
     }
     if (!strcmp(command, "abort"))
         r = ddpctl_abort(&o, argv[first + 1]);
     else
         r = ddpctl_status(&o, !strcmp(command, "metrics"));
     config_free(&ddpctl_spec, &o);
-    return r < 0 ? 1 : 0;
+    return exit_code(r);
 }

@@ -331,11 +331,20 @@ START_TEST(test_status_table_and_json) {
     ck_assert_msg(strstr(proc_output(&ctl), "job 'stat': forming, 1/2 members"), "%s", proc_output_tail(&ctl));
     proc_close(&ctl);
 
-    /* ddpctl against nothing: a clear error, not a hang. */
+    /* ddpctl against nothing: a clear error, not a hang, and an exit code of its own (3) */
     const char *argv_none[] = {DDPCTL_PATH, "--coordinator", "tcp://127.0.0.1:1", "--timeout-ms", "300", NULL};
     proc_start(&ctl, argv_none, NULL);
-    ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 1);
+    ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 3);
     ck_assert(strstr(proc_output(&ctl), "no answer from ddpd at 'tcp://127.0.0.1:1' within 300 ms"));
+    proc_close(&ctl);
+
+    /* a status it cannot write out (a full disk) is a failure, said so */
+    const char *argv_full[] = {"/bin/sh",   "-c",       "exec \"$0\" --coordinator \"$1\" status > /dev/full",
+                               DDPCTL_PATH, d.endpoint, NULL};
+    proc_start(&ctl, argv_full, NULL);
+    ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 1);
+    ck_assert_msg(strstr(proc_output(&ctl), "ddpctl: cannot write the output: No space left on device"), "%s",
+                  proc_output_tail(&ctl));
     proc_close(&ctl);
     proc_close(&waiting);
     ck_assert_int_eq(ddpd_stop(&d), 0);

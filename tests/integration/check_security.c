@@ -448,6 +448,16 @@ START_TEST(test_curve) {
     ck_assert_msg(run_tool(ctl, NULL, out, sizeof(out)) == 0, "%s", out);
     ck_assert_msg(strstr(out, "job 'hosts'") == NULL, "the finished job is gone: %s", out);
     ck_assert_msg(strstr(proc_output(&d.p), "refused a CURVE client with key"), "%s", proc_output_tail(&d.p));
+    /* and says why ddpd did not answer, with an exit code of its own (3) */
+    const char *ctl_stranger[] = {DDPCTL_PATH, "--coordinator", d.endpoint,   "--curve-server-key",
+                                  server_pub,  "--curve-key",   stranger_key, "--timeout-ms",
+                                  "1000",      "status",        NULL};
+    ck_assert_int_eq(run_tool(ctl_stranger, NULL, out, sizeof(out)), 3);
+    ck_assert_msg(strstr(out, "refused this client's CURVE key (its --curve-users does not name its public key)"), "%s",
+                  out);
+    const char *ctl_plain[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "--timeout-ms", "1000", "status", NULL};
+    ck_assert_int_eq(run_tool(ctl_plain, NULL, out, sizeof(out)), 3);
+    ck_assert_msg(strstr(out, "one side speaks CURVE and the other not"), "%s", out);
     ck_assert_int_eq(ddpd_stop(&d), 0);
     const char *files[] = {server_key, user_key, stranger_key, users};
     for (size_t i = 0; i < 4; i++)

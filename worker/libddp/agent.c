@@ -274,21 +274,6 @@ int agent_interrupt(void) {
     return 0;
 }
 
-/* Takes in the control socket's handshake failures seen so far. */
-static void agent_read_monitor(agent *a) {
-    zmq_msg_t event;
-    zmq_msg_init(&event);
-    while (a->monitor && zmq_msg_recv(&event, a->monitor, ZMQ_DONTWAIT) >= 0) {
-        uint16_t code = 0;
-        if (zmq_msg_size(&event) >= sizeof(code) && zmq_msg_more(&event)) { /* [event, value][endpoint] */
-            memcpy(&code, zmq_msg_data(&event), sizeof(code));
-            if (a->handshake_failed != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) /* the telling one stays */
-                a->handshake_failed = code;
-        }
-    }
-    zmq_msg_close(&event);
-}
-
 /* When the watchdog ends this process: a while after the job ended, unless the caller's
  * thread has been in libddp since (then it knows, and goes its own way). */
 static uint64_t agent_watchdog_deadline(agent *a) {
@@ -512,14 +497,14 @@ static void agent_judge(agent *a, agent_view *v, uint64_t now) {
         return;
     }
     if (!v->heard && now - v->start >= (uint64_t)a->connect_timeout_ms) {
-        agent_read_monitor(a);
+        handshake_outcome handshake = handshake_watch_read(&a->handshakes);
         unsigned ms = (unsigned)a->connect_timeout_ms;
-        if (a->handshake_failed == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        if (handshake == HANDSHAKE_KEY_REFUSED)
             agent_fail(a, v, -EHOSTUNREACH,
                        "ddpd at %s refused this client's CURVE key (its --curve-users does not name it); no answer "
                        "within %u ms",
                        a->coordinator, ms);
-        else if (a->handshake_failed)
+        else if (handshake == HANDSHAKE_MECHANISM_DIFFERS)
             agent_fail(a, v, -EHOSTUNREACH,
                        "ddpd at %s dropped the connection before it answered: one side speaks CURVE and the other "
                        "not (DDP_CURVE_SERVER_KEY, DDP_CURVE_KEY); no answer within %u ms",
@@ -633,8 +618,7 @@ static void *agent_main(void *arg) {
     zmq_setsockopt(a->control, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_close(a->control);
     zmq_close(a->agent_pipe);
-    if (a->monitor)
-        zmq_close(a->monitor);
+    handshake_watch_stop(&a->handshakes);
     if (a->has_pending)
         zmq_msg_close(&a->pending);
     a->has_pending = false;
@@ -716,13 +700,8 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
         r = -errno;
     if (r == 0 && curve_server_key)
         r = curve_client_setup(a->control, curve_server_key, own);
-    char monitor_name[64]; /* a refused key shows only here: ZeroMQ retries in silence */
-    snprintf(monitor_name, sizeof(monitor_name), "inproc://ddp-agent-monitor-%lu", (unsigned long)pipe_counter++);
-    if (r == 0 && (zmq_socket_monitor(a->control, monitor_name,
-                                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED) < 0 ||
-                   !(a->monitor = zmq_socket(zmq_ctx, ZMQ_PAIR)) || zmq_connect(a->monitor, monitor_name) < 0))
-        r = -errno;
+    if (r == 0) /* a refused key shows only there: ZeroMQ retries in silence */
+        r = handshake_watch_start(&a->handshakes, zmq_ctx, a->control);
     if (r == 0 && (zmq_bind(a->agent_pipe, pipe_name) < 0 || zmq_connect(a->pipe, pipe_name) < 0))
         r = -errno;
     if (r == 0 && zmq_connect(a->control, coordinator) < 0)
@@ -733,8 +712,7 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
     }
     if (a->control)
         zmq_close(a->control);
-    if (a->monitor)
-        zmq_close(a->monitor);
+    handshake_watch_stop(&a->handshakes);
     if (a->agent_pipe)
         zmq_close(a->agent_pipe);
     if (a->pipe)

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "common/curve_keys.h"
+#include "common/handshake_watch.h"
 #include "common/wire.h"
 #include "worker/libddp/job_end.h"
 
@@ -28,8 +29,7 @@ typedef struct {
     void *pipe;           /* the caller's end (PAIR) */
     void *agent_pipe;     /* the agent's end */
     void *control;        /* DEALER to ddpd, the agent's */
-    void *monitor;        /* the control socket's handshake failures (a CURVE key ddpd refused) */
-    int handshake_failed; /* the last one's ZMQ_EVENT_*, 0: none */
+    handshake_watch handshakes; /* the control socket's failed ones (a CURVE key ddpd refused) */
     char coordinator[DDP_MAX_ENDPOINT + 1];
     bool coordinator_here; /* on this host: its pid tells whether it is there */
     char job[DDP_MAX_JOB_NAME + 1];

@@ -405,6 +405,25 @@ out:
     return r;
 }
 
+const config_option *config_find_flag(const config_spec *spec, const char *arg) {
+    if (strncmp(arg, "--", 2) != 0 || !arg[2])
+        return NULL;
+    const char *name = arg + 2;
+    size_t n = strcspn(name, "=");
+    const config_option *found = NULL;
+    int matches = 0;
+    for (size_t i = 0; i < spec->n_options; i++) {
+        const config_option *opt = &spec->options[i];
+        if (strncmp(opt->name, name, n) != 0)
+            continue;
+        if (strlen(opt->name) == n)
+            return opt; /* exact: taken over any longer name it begins */
+        found = opt;
+        matches++;
+    }
+    return matches == 1 ? found : NULL;
+}
+
 void config_print_help(const config_spec *spec, FILE *out) {
     fprintf(out, "Usage: %s %s\n%s\n\nOptions:\n", spec->program, spec->usage, spec->summary);
     for (size_t i = 0; i < spec->n_options; i++) {

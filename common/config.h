@@ -54,5 +54,10 @@ int config_set(const config_spec *spec, void *target, const char *name, const ch
 /* Reads an INI file into target (only the keys it names). */
 int config_read_file(const config_spec *spec, void *target, const char *path, char *err, size_t err_size);
 
+/* The option a command-line argument sets as getopt_long takes it: "--name" or
+ * "--name=value", where name is the option's or the beginning of only one option's. NULL
+ * for anything else (an operand, a short option, an unknown or ambiguous name). */
+const config_option *config_find_flag(const config_spec *spec, const char *arg);
+
 void config_print_help(const config_spec *spec, FILE *out);
 void config_free(const config_spec *spec, void *target);

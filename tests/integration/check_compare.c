@@ -119,6 +119,11 @@ START_TEST(test_bad_flags) {
         {{"--modes", "ddp", "--", "--mode", "dp"}, "--mode after --: ddp-compare sets it for each run"},
         {{"--", "--steps=5"}, "--steps after --"},
         {{"--", "--ste=5"}, "--ste after --"}, /* getopt would take it for --steps */
+        {{"--", "--me", "x.jsonl"}, "--me after --: ddp-compare sets it for each run (--metrics;"},
+        {{"--", "--re"}, "the workers would be given --resume"},
+        {{"--", "--check", "c.ckpt"}, "the worker args after --: unknown option '--check'"}, /* two it begins */
+        {{"--modes", ","}, "--modes ',' lists none of ddp, dp or ps"},
+        {{"--transports", ","}, "--transports ',' lists none of shm, zmq or nccl"},
         {{"--", "--checkpoint", "c.ckpt"}, "every run would share it"},
         {{"--", "--metrics", "x.jsonl"}, "--metrics after --"},
         {{"--transports", "shm,tcp"}, "'tcp' is not shm, zmq or nccl"},
@@ -139,6 +144,14 @@ START_TEST(test_bad_flags) {
         ck_assert_msg(!strstr(proc_output(&p), " mode"), "a run started: %s", proc_output_tail(&p));
         proc_close(&p);
     }
+    /* a checkpoint from the workers' environment counts as one given after -- */
+    const char *env[] = {"DDP_WORKER_CHECKPOINT=shared.ckpt", NULL};
+    const char *plain[] = {DDP_COMPARE_PATH, "-n", "2", NULL};
+    proc_start(&p, plain, env);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 2);
+    ck_assert_msg(strstr(proc_output(&p), "given --checkpoint shared.ckpt (a flag after --, DDP_WORKER_CHECKPOINT"),
+                  "%s", proc_output_tail(&p));
+    proc_close(&p);
 }
 END_TEST
 
@@ -187,7 +200,8 @@ START_TEST(test_transports_side_by_side) {
 }
 END_TEST
 
-/* Reports that cannot be written are an error naming the file, not "wrote ...". */
+/* A report that cannot be replaced (a link to a device) is an error naming the file, before
+ * any run, not "wrote ...". */
 START_TEST(test_unwritable_report) {
     char out[128], link[192];
     snprintf(out, sizeof(out), "%s/out", dir);
@@ -198,10 +212,10 @@ START_TEST(test_unwritable_report) {
                           "--data",         dir,  "--model", "784-10",  NULL};
     proc p;
     proc_start(&p, argv, NULL);
-    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 1);
-    ck_assert_msg(strstr(proc_output(&p), "cannot write") && strstr(proc_output(&p), "report.json"), "%s",
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 2);
+    ck_assert_msg(strstr(proc_output(&p), "report.json") && strstr(proc_output(&p), "not a regular file"), "%s",
                   proc_output_tail(&p));
-    ck_assert_msg(!strstr(proc_output(&p), "wrote "), "%s", proc_output_tail(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "wrote ") && !strstr(proc_output(&p), " mode"), "%s", proc_output_tail(&p));
     proc_close(&p);
 }
 END_TEST

@@ -15,13 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/atomic_file.h"
 #include "common/config.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "worker/tools/compare_report.h"
 #include "worker/tools/launcher.h"
 #include "worker/trainer/sync_modes.h"
+#include "worker/trainer/worker_options.h"
 
 static const char *const sync_modes[] = {SYNC_MODES(SYNC_MODE_STRING)}; /* the trainer's, sync_modes.h */
 #define COMPARE_MAX_MODES (int)(sizeof(sync_modes) / sizeof(sync_modes[0]))
@@ -234,6 +237,12 @@ static int parse_modes(const char *list, const char **names_out, int *ret_n) {
         seen[i] = true;
         names_out[n++] = sync_modes[i];
     }
+    if (n == 0) {
+        char names[80];
+        sync_modes_describe(names, sizeof(names));
+        fprintf(stderr, "ddp-compare: --modes '%s' lists none of %s\n", list, names);
+        return -EINVAL;
+    }
     *ret_n = n;
     return 0;
 }
@@ -260,48 +269,97 @@ static int parse_transports(const char *list, const char **ret, int *ret_n) {
         }
         ret[n++] = transports[i];
     }
+    if (n == 0) {
+        fprintf(stderr, "ddp-compare: --transports '%s' lists none of shm, zmq or nccl\n", list);
+        return -EINVAL;
+    }
     *ret_n = n;
     return 0;
 }
 
 /* The worker flags ddp-compare sets itself: one given after -- would override it (a dp run
  * reported as ddp, a run of other length, metrics elsewhere); and a checkpoint, which the
- * runs would share. getopt takes any unambiguous beginning of a flag: so is it matched. */
+ * runs would share, from a flag, the worker's environment or its --config file. Flags are
+ * read as the worker reads them (its table: getopt's abbreviations, a value that looks
+ * like a flag). */
 static int check_worker_args(char **extra, int n_extra, bool sets_transport) {
-    static const char *const ours[] = {"mode", "metrics", "steps", "epochs", "transport", "checkpoint", "resume"};
-    for (int i = 0; i < n_extra; i++) {
-        if (strncmp(extra[i], "--", 2) != 0)
+    static const char *const ours[] = {"mode", "metrics", "steps", "epochs", "transport"};
+    const config_spec *worker = worker_options_spec();
+    for (int i = 0; i < n_extra && strcmp(extra[i], "--") != 0; i++) {
+        const config_option *opt = config_find_flag(worker, extra[i]);
+        if (!opt)
             continue;
-        const char *name = extra[i] + 2;
-        size_t n = strcspn(name, "=");
-        for (size_t k = 0; n >= 3 && k < sizeof(ours) / sizeof(ours[0]); k++)
-            if (n <= strlen(ours[k]) && strncmp(name, ours[k], n) == 0 && (k != 4 || sets_transport)) {
-                fprintf(stderr, "ddp-compare: %.*s after --: %s\n", (int)(n + 2), extra[i],
-                        k <= 4 ? "ddp-compare sets it for each run (use --modes, --transports, --steps or --epochs "
-                                 "before --)"
-                               : "every run would share it; ddp-compare's runs start afresh");
+        for (size_t k = 0; k < sizeof(ours) / sizeof(ours[0]); k++)
+            if (!strcmp(opt->name, ours[k]) && (strcmp(ours[k], "transport") != 0 || sets_transport)) {
+                fprintf(stderr,
+                        "ddp-compare: %.*s after --: ddp-compare sets it for each run (--%s; use --modes, "
+                        "--transports, --steps or --epochs before --)\n",
+                        (int)strcspn(extra[i], "="), extra[i], opt->name);
                 return -EINVAL;
             }
+        if (opt->type != CONFIG_BOOL && !strchr(extra[i], '='))
+            i++; /* its value, whatever it looks like */
     }
-    return 0;
+    /* what the worker will make of them all: argv as it gets it (getopt reorders a copy) */
+    char **argv = calloc((size_t)n_extra + 2, sizeof(char *));
+    if (!argv)
+        return -ENOMEM;
+    argv[0] = (char *)"ddp-worker";
+    memcpy(argv + 1, extra, (size_t)n_extra * sizeof(char *));
+    worker_options wo = {0};
+    char err[512];
+    int r = config_load(worker, &wo, n_extra + 1, argv, NULL, err, sizeof(err));
+    if (r < 0)
+        fprintf(stderr, "ddp-compare: the worker args after --: %s\n", err);
+    else if (wo.checkpoint || wo.resume) {
+        fprintf(stderr,
+                "ddp-compare: the workers would be given %s%s (a flag after --, DDP_WORKER_CHECKPOINT, or their "
+                "--config): every run would share it; ddp-compare's runs start afresh\n",
+                wo.checkpoint ? "--checkpoint " : "--resume", wo.checkpoint ? wo.checkpoint : "");
+        r = -EINVAL;
+    }
+    config_free(worker, &wo);
+    free(argv);
+    return r;
 }
 
-/* dir/name, whole or with an error that says why (the writer's, or the disk's). */
-static int write_report(const char *dir, const char *name, int (*write)(FILE *f, const compare_report *r),
+static const struct {
+    const char *name;
+    int (*render)(FILE *f, const compare_report *r);
+} reports[] = {
+    {"report.json", compare_write_json}, {"report.md", compare_write_markdown}, {"report.svg", compare_write_svg}};
+#define N_REPORTS (sizeof(reports) / sizeof(reports[0]))
+
+/* dir/name, replaced whole (a reader, or a run killed meanwhile, sees the old report or
+ * the new, never half), or an error that says why (the writer's, or the disk's). */
+static int write_report(const char *dir, const char *name, int (*render)(FILE *f, const compare_report *r),
                         const compare_report *report) {
-    char path[4200];
+    char path[4200], err[PATH_MAX + 256];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        int r = -errno;
-        fprintf(stderr, "ddp-compare: cannot write %s: %s\n", path, strerror(-r));
+    atomic_file af;
+    int r = atomic_file_open(&af, path, 0644, "--out", err, sizeof(err));
+    if (r < 0) {
+        fprintf(stderr, "ddp-compare: %s\n", err);
         return r;
     }
-    int r = write(f, report);
-    if (fclose(f) != 0 && r == 0)
+    int fd = dup(af.fd); /* the FILE's own: the commit syncs and closes af.fd */
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
         r = -errno;
-    if (r < 0)
+        if (fd >= 0)
+            close(fd);
+    } else {
+        r = render(f, report);
+        if (fclose(f) != 0 && r == 0)
+            r = -errno;
+    }
+    if (r < 0) {
         fprintf(stderr, "ddp-compare: cannot write %s: %s\n", path, strerror(-r));
+        atomic_file_abort(&af);
+        return r;
+    }
+    if ((r = atomic_file_commit(&af, "--out", err, sizeof(err))) < 0)
+        fprintf(stderr, "ddp-compare: %s\n", err);
     return r;
 }
 
@@ -361,6 +419,15 @@ int main(int argc, char **argv) {
         config_free(&compare_spec, &o);
         return 1;
     }
+    for (size_t i = 0; i < N_REPORTS; i++) { /* each report can replace what is there: before any run */
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/%s", o.out, reports[i].name);
+        if (atomic_file_check(path, "--out", err, sizeof(err)) < 0) {
+            fprintf(stderr, "ddp-compare: %s\n", err);
+            config_free(&compare_spec, &o);
+            return 2;
+        }
+    }
     /* each mode over each transport, side by side; without --transports, once */
     int n_runs = 0;
     for (int i = 0; i < n_modes && code == 0; i++)
@@ -401,13 +468,8 @@ int main(int argc, char **argv) {
                              .sweep = swept,
                              .n_sweep = o.sweep_buckets ? COMPARE_SWEEP : 0};
     compare_write_table(stdout, &report);
-    static const struct {
-        const char *name;
-        int (*write)(FILE *f, const compare_report *r);
-    } files[] = {
-        {"report.json", compare_write_json}, {"report.md", compare_write_markdown}, {"report.svg", compare_write_svg}};
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]) && code == 0; i++)
-        if (write_report(o.out, files[i].name, files[i].write, &report) < 0)
+    for (size_t i = 0; i < N_REPORTS && code == 0; i++)
+        if (write_report(o.out, reports[i].name, reports[i].render, &report) < 0)
             code = 1;
     if (code == 0)
         printf("ddp-compare: wrote %s/report.json, report.md and report.svg\n", o.out);

@@ -21,36 +21,7 @@
 #include "worker/trainer/sampler.h"
 #include "worker/trainer/staging.h"
 #include "worker/trainer/sync.h"
-
-typedef struct {
-    char *config;
-    char *coordinator;
-    char *job;
-    int world_size;
-    int rank;
-    char *mode;
-    char *model;
-    char *data;
-    int epochs;
-    int steps;
-    int batch_size; /* global */
-    double lr;
-    double momentum;
-    int seed;
-    char *device;
-    char *devices;
-    double bucket_mb;
-    char *transport;
-    char *checkpoint;
-    int checkpoint_keep;
-    bool resume;
-    bool overwrite;
-    char *metrics;
-    char *sampler;
-    int blas_threads;
-    int timeout_ms;
-    bool help, version;
-} worker_options;
+#include "worker/trainer/worker_options.h"
 
 typedef struct trainer {
     const worker_options *opts;

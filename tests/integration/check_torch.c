@@ -167,13 +167,17 @@ START_TEST(test_timeout_and_status) {
     snprintf(coordinator, sizeof(coordinator), "DDP_COORDINATOR=%s", d.endpoint);
     snprintf(master_port, sizeof(master_port), "MASTER_PORT=%d", free_port());
     snprintf(path, sizeof(path), "%s/faults.py", TORCH_TESTS_DIR);
+    char go[64], go_env[96];
+    snprintf(go, sizeof(go), "/tmp/check_torch_go_%d", (int)getpid());
+    snprintf(go_env, sizeof(go_env), "FAULTS_GO_FILE=%s", go);
+    unlink(go);
     proc ranks[2];
     for (int r = 0; r < 2; r++) {
         char rank[16];
         snprintf(rank, sizeof(rank), "RANK=%d", r);
         const char *env[] = {python_env[0],  coordinator, "DDP_JOB=torch-timeout",
                              "WORLD_SIZE=2", rank,        "MASTER_ADDR=127.0.0.1",
-                             master_port,    NULL};
+                             master_port,    go_env,      NULL};
         const char *argv[] = {PYTHON3_PATH, path, "timeout", NULL};
         proc_start(&ranks[r], argv, env);
     }
@@ -202,15 +206,21 @@ START_TEST(test_timeout_and_status) {
     ck_assert_msg(proc_expect(&ranks[0], "raised after", WAIT_MS, line, sizeof(line)), "%s",
                   proc_output_tail(&ranks[0]));
     ck_assert_msg(strstr(line, "timed out after 3000 ms waiting for rank 1"), "%s", line);
-    /* rank 0 caught it and went on: rank 1 learns from the job's end, not its own timeout */
+    /* rank 0 caught it and goes on: ddpd ends the job all the same, and rank 1, called on
+     * then, learns so from the job's end, not from its own timeout */
+    ck_assert_msg(proc_expect(&d.p, "job 'torch-timeout' (generation 1) aborted: rank 0 (pid ", WAIT_MS, NULL, 0),
+                  "%s", proc_output_tail(&d.p));
+    FILE *f = fopen(go, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
     ck_assert_msg(proc_expect(&ranks[1], "raised after", WAIT_MS, line, sizeof(line)), "%s",
                   proc_output_tail(&ranks[1]));
     ck_assert_msg(strstr(line, "job 'torch-timeout' aborted: rank 0 (pid ") &&
                       strstr(line, "ddpd:allreduce failed on rank 0: ") &&
                       strstr(line, "timed out after 3000 ms waiting for rank 1"),
                   "%s", line);
-    for (int r = 0; r < 2; r++)
-        ck_assert_int_eq(proc_wait(&ranks[r], WAIT_MS), 1);
+    ck_assert_int_eq(proc_wait(&ranks[1], WAIT_MS), 1);
+    unlink(go);
     for (int r = 0; r < 2; r++)
         proc_close(&ranks[r]);
     ck_assert_int_eq(ddpd_stop(&d), 0);

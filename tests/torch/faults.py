@@ -4,9 +4,11 @@ account (who, which pid on which host), never a hang.
                        last all-reduce that succeeded it came (a peer is killed meanwhile)
   faults.py mismatch   rank r all-reduces 4 + r elements: every rank must raise
   faults.py timeout    a group with a 3 s timeout; rank 1 waits where rank 0 all-reduces,
-                       and calls only once rank 0 caught its timeout (and goes on)
+                       and calls only once the test saw ddpd end the job (FAULTS_GO_FILE
+                       appears), while rank 0, which caught its timeout, goes on
   faults.py torch      torch fails on rank 1 only, after a broadcast (its second tensor has
                        another shape): the others raise at their next call, naming it"""
+import os
 import sys
 import time
 from datetime import timedelta
@@ -46,20 +48,22 @@ def timeout(rank):
     for _ in range(5):
         dist.all_reduce(torch.ones(8))  # five calls done: ddpctl status shows step 5
     print("rank %d did 5 all-reduces" % rank, flush=True)
-    store = dist.distributed_c10d._get_default_store()
     if rank == 1:
-        # alive (its control thread answers ddpd) but not calling, until rank 0 gave up
-        store.wait(["rank 0 raised"], timedelta(seconds=60))
+        # alive (its control thread answers ddpd) but not calling, until the test saw ddpd
+        # end the job: rank 0 gave up (and went on)
+        go = os.environ["FAULTS_GO_FILE"]
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.05)
     t0 = time.monotonic()
     try:
         dist.all_reduce(torch.ones(8))
     except RuntimeError as e:
         print("rank %d raised after %.1f s: %s" % (rank, time.monotonic() - t0, e), flush=True)
-        # rank 0 caught it and goes on (alive) until rank 1 has raised too
-        store.set("rank %d raised" % rank, "1")
-        if rank == 0:
-            store.wait(["rank 1 raised"], timedelta(seconds=60))
+        if rank == 0:  # it caught the error and goes on (alive) until the test is done with it
+            time.sleep(60)
         sys.exit(1)
+    print("rank %d: no error" % rank, flush=True)
 
 
 def torch_error(rank):

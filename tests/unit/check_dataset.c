@@ -72,9 +72,9 @@ static void teardown(void) {
 
 /* A failed load leaves nothing behind. */
 static void assert_empty(void) {
-    ck_assert_ptr_null(d.train.x);
+    ck_assert_ptr_null(d.train.pixels);
     ck_assert_ptr_null(d.train.y);
-    ck_assert_ptr_null(d.test.x);
+    ck_assert_ptr_null(d.test.pixels);
     ck_assert_ptr_null(d.test.y);
     ck_assert_uint_eq(d.train.n, 0);
 }
@@ -94,10 +94,18 @@ START_TEST(test_exact_statistics) {
     ck_assert_msg(dataset_load(dir, 0, &d, err, sizeof(err)) == 0, "%s", err);
     ck_assert_double_eq(d.mean, 0.5);
     ck_assert_double_eq(d.std, 0.5);
+    float train_x[16], test_x[16];
+    dataset_rows(&d.train, 0, 4, train_x);
+    dataset_rows(&d.test, 0, 4, test_x);
     for (int i = 0; i < 16; i++) {
-        ck_assert_float_eq(d.train.x[i], pixels[i] ? 1.0f : -1.0f);
-        ck_assert_float_eq(d.test.x[i], pixels[i] ? 1.0f : -1.0f);
+        ck_assert_float_eq(train_x[i], pixels[i] ? 1.0f : -1.0f);
+        ck_assert_float_eq(test_x[i], pixels[i] ? 1.0f : -1.0f);
     }
+    /* the pixels are kept as bytes, a quarter of floats: the same rows, taken one at a time */
+    ck_assert_mem_eq(d.train.pixels, pixels, 16);
+    float row[4];
+    dataset_rows(&d.train, 3, 1, row);
+    ck_assert_mem_eq(row, train_x + 12, sizeof(row));
 }
 END_TEST
 
@@ -127,16 +135,19 @@ START_TEST(test_load_synthetic) {
     ck_assert_double_eq_tol(d.std, std, 1e-14);
 
     /* Both splits with the training statistics. */
+    float train_x[24], test_x[12];
+    dataset_rows(&d.train, 0, 4, train_x);
+    dataset_rows(&d.test, 0, 2, test_x);
     for (int i = 0; i < 24; i++)
-        ck_assert_float_eq_tol(d.train.x[i], (train_pixels[i] / 255.0 - mean) / std, 1e-6);
+        ck_assert_float_eq_tol(train_x[i], (train_pixels[i] / 255.0 - mean) / std, 1e-6);
     for (int i = 0; i < 12; i++)
-        ck_assert_float_eq_tol(d.test.x[i], (test_pixels[i] / 255.0 - mean) / std, 1e-6);
+        ck_assert_float_eq_tol(test_x[i], (test_pixels[i] / 255.0 - mean) / std, 1e-6);
 
     /* So the normalised training set has mean 0 and std 1. */
     double x_sum = 0, x_squares = 0;
     for (int i = 0; i < 24; i++) {
-        x_sum += d.train.x[i];
-        x_squares += (double)d.train.x[i] * d.train.x[i];
+        x_sum += train_x[i];
+        x_squares += (double)train_x[i] * train_x[i];
     }
     ck_assert_double_eq_tol(x_sum / 24, 0.0, 1e-6);
     ck_assert_double_eq_tol(sqrt(x_squares / 24), 1.0, 1e-6);
@@ -221,7 +232,9 @@ START_TEST(test_smallest) {
     write_labels(dir, TEST_LABELS, false, 1, (const uint8_t[]){4});
     ck_assert_msg(dataset_load(dir, 0, &d, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(d.train.dim, 1);
-    ck_assert_float_eq_tol(d.test.x[0], (0.2 - 0.5) / 0.5, 1e-6);
+    float x;
+    dataset_rows(&d.test, 0, 1, &x);
+    ck_assert_float_eq_tol(x, (0.2 - 0.5) / 0.5, 1e-6);
 }
 END_TEST
 

@@ -37,7 +37,7 @@ void batch_close(batch *b, const model *m) {
 void batch_load(batch *b, model *m, const dataset_split *d, const uint32_t *indices, size_t count) {
     size_t C = (size_t)m->spec.sizes[m->spec.n_layers];
     for (size_t i = 0; i < count; i++) {
-        memcpy(b->input_host + i * d->dim, d->x + (size_t)indices[i] * d->dim, d->dim * sizeof(float));
+        dataset_rows(d, indices[i], 1, b->input_host + i * d->dim);
         b->targets_host[i] = d->y[indices[i]];
         if (d->targets)
             memcpy(b->mse_targets_host + i * C, d->targets + (size_t)indices[i] * C, C * sizeof(float));

@@ -86,24 +86,25 @@ void dataset_pixel_stats(const uint8_t *pixels, size_t n, double *ret_mean, doub
     *ret_std = n > 0 ? sqrt(squares / (double)n) / 255.0 : 0.0;
 }
 
-/* Takes the labels; converts the pixels through the table. */
-static int dataset_fill_split(dataset_split *split, const idx_images *images, idx_labels *labels,
-                              const float normalised[256], const char *path, char *err, size_t err_size) {
-    size_t n = images->n, dim = (size_t)images->rows * images->cols;
-    if (dim > SIZE_MAX / sizeof(float) / n) {
-        snprintf(err, err_size, "%s: %zu images of %zu pixels do not fit in memory", path, n, dim);
-        return -ENOMEM;
-    }
-    float *x = malloc(n * dim * sizeof(float));
-    if (!x) {
-        snprintf(err, err_size, "%s: out of memory for %zu images of %zu floats", path, n, dim);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < n * dim; i++)
-        x[i] = normalised[images->pixels[i]];
-    *split = (dataset_split){.n = n, .dim = dim, .x = x, .y = labels->labels};
+/* Takes the pixels and the labels, with the table that makes a pixel a float. */
+static void dataset_fill_split(dataset_split *split, idx_images *images, idx_labels *labels,
+                               const float normalised[256]) {
+    *split = (dataset_split){
+        .n = images->n, .dim = (size_t)images->rows * images->cols, .pixels = images->pixels, .y = labels->labels};
+    memcpy(split->normalised, normalised, sizeof(split->normalised));
+    images->pixels = NULL;
     labels->labels = NULL;
-    return 0;
+}
+
+void dataset_rows(const dataset_split *d, size_t first, size_t count, float *out) {
+    size_t k = count * d->dim;
+    if (!d->pixels) {
+        memcpy(out, d->x + first * d->dim, k * sizeof(float));
+        return;
+    }
+    const uint8_t *p = d->pixels + first * d->dim;
+    for (size_t i = 0; i < k; i++)
+        out[i] = d->normalised[p[i]];
 }
 
 int dataset_load(const char *dir, size_t image_pixels, dataset *ret, char *err, size_t err_size) {
@@ -159,12 +160,8 @@ int dataset_load(const char *dir, size_t image_pixels, dataset *ret, char *err, 
     for (unsigned v = 0; v < 256; v++)
         normalised[v] = (float)((v / 255.0 - ret->mean) / ret->std);
 
-    r = dataset_fill_split(&ret->train, &train_images, &train_labels, normalised, train_path, err, err_size);
-    if (r < 0)
-        goto done;
-    r = dataset_fill_split(&ret->test, &test_images, &test_labels, normalised, test_path, err, err_size);
-    if (r < 0)
-        goto done;
+    dataset_fill_split(&ret->train, &train_images, &train_labels, normalised);
+    dataset_fill_split(&ret->test, &test_images, &test_labels, normalised);
     ret->rows = train_images.rows;
     ret->cols = train_images.cols;
     ret->n_classes = DATASET_N_CLASSES;
@@ -181,9 +178,11 @@ done:
 void dataset_free(dataset *d) {
     if (!d)
         return;
+    free(d->train.pixels);
     free(d->train.x);
     free(d->train.y);
     free(d->train.targets);
+    free(d->test.pixels);
     free(d->test.x);
     free(d->test.y);
     free(d->test.targets);

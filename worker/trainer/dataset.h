@@ -8,7 +8,9 @@
  *
  * Pixels become x = (p/255 - mean) / std, with mean and std (population) of p/255 over
  * every training pixel, computed in double; the test split uses the training statistics.
- * For Fashion-MNIST they come out at 0.2860 and 0.3530, PyTorch's tutorial constants. */
+ * For Fashion-MNIST they come out at 0.2860 and 0.3530, PyTorch's tutorial constants.
+ * The pixels stay bytes in memory, a quarter of floats: a row is made floats (one table
+ * lookup a pixel, the same bits every time) when a batch takes it (dataset_rows). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -18,9 +20,11 @@
 
 typedef struct {
     size_t n, dim;
-    float *x;       /* (n, dim) */
-    uint8_t *y;     /* (n) class labels */
-    float *targets; /* (n, outputs) regression targets (the toy data), else NULL */
+    uint8_t *pixels;       /* (n, dim) image bytes, made floats through normalised; or NULL, and: */
+    float *x;              /* (n, dim) inputs that are floats already (the toy data) */
+    float normalised[256]; /* a pixel's value as input */
+    uint8_t *y;            /* (n) class labels */
+    float *targets;        /* (n, outputs) regression targets (the toy data), else NULL */
 } dataset_split;
 
 typedef struct {
@@ -37,6 +41,8 @@ typedef struct {
  * of idx_read_*(). On failure *ret is left zeroed. */
 int dataset_load(const char *dir, size_t image_pixels, dataset *ret, char *err, size_t err_size);
 void dataset_free(dataset *d);
+/* Rows first .. first + count - 1 of d as floats, into out (count * dim). */
+void dataset_rows(const dataset_split *d, size_t first, size_t count, float *out);
 /* The DDP tutorial's ToyModel data: standard normal inputs (inputs wide) and regression
  * targets (outputs wide), n_train and n_test rows, the same for the same seed on every
  * rank. -ENOMEM, or 0. */

@@ -18,7 +18,8 @@ int evaluate(trainer *t, double *ret_metric) {
     double totals[2] = {0, 0}; /* correct (or summed loss), samples */
     for (size_t i = first; i < last; i += (size_t)t->local_batch) {
         int B = (int)(last - i < (size_t)t->local_batch ? last - i : (size_t)t->local_batch);
-        in->ops->upload(in, m->acts[0], d->x + i * d->dim, (size_t)B * d->dim * sizeof(float));
+        dataset_rows(d, i, (size_t)B, b->input_host);
+        in->ops->upload(in, m->acts[0], b->input_host, (size_t)B * d->dim * sizeof(float));
         model_forward(m, B);
         if (m->spec.loss == LOSS_MSE) { /* the mean squared error instead of an accuracy */
             out->ops->upload(out, b->mse_targets, d->targets + i * (size_t)C, (size_t)B * C * sizeof(float));

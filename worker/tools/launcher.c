@@ -55,6 +55,8 @@ typedef struct {
     struct rlimit files; /* RLIMIT_NOFILE as we found it, for the children */
     bool files_raised;
     bool stopping;          /* the ranks were told to stop */
+    bool ending_leftovers;  /* the job is over; what ranks left behind is being ended */
+    bool leftovers_now;     /* ... and a stop signal came: SIGKILL without the grace period */
     bool killed;            /* ... and then SIGKILLed */
     uint64_t kill_at_ms;    /* when stopping turns into SIGKILL */
     uint64_t give_up_at_ms; /* after SIGKILL: a child stuck in the kernel is left behind */
@@ -280,9 +282,13 @@ static void launcher_kill_ranks(launcher *l) {
         child_signal(&l->ranks[i], SIGKILL);
 }
 
-/* Whether process group pgid still has a member (EPERM: one we may not signal). */
+/* Whether process group pgid still has a member we may signal. Members that ended as our
+ * children (orphans come to us where we are the subreaper or init: a container) are
+ * reaped first, so that zombies do not count. */
 static bool group_alive(pid_t pgid) {
-    return kill(-pgid, 0) == 0 || errno == EPERM;
+    while (waitpid(-pgid, NULL, WNOHANG) > 0)
+        ;
+    return kill(-pgid, 0) == 0;
 }
 
 static void launcher_rank_exited(launcher *l, child *c, int status) {
@@ -354,6 +360,8 @@ static void launcher_on_stop_signal(launcher *l, int sig) {
     } else if (l->n_running > 0 && !l->killed) {
         log_warn("received %s again; killing the ranks now", signal_name(sig));
         launcher_kill_ranks(l);
+    } else if (l->ending_leftovers) {
+        l->leftovers_now = true;
     } else if (l->ddpd_stopping && l->ddpd.running) {
         child_signal(&l->ddpd, SIGKILL);
     }
@@ -382,8 +390,8 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
         pfds[n++] = (struct pollfd){.fd = out_fd, .events = POLLOUT};
     }
     /* Output that our reader does not take: the children wait to write theirs. */
-    bool reading = l->out.bytes < OUT_QUEUE_HIGH_BYTES;
-    if (reading && l->have_ddpd && l->ddpd.streams[0].fd >= 0) {
+    bool reading = l->out.held < OUT_QUEUE_HIGH_BYTES;
+    if (l->have_ddpd && l->ddpd.streams[0].fd >= 0) { /* read always: ddpd must not block on its log */
         owners[n] = &l->ddpd.streams[0];
         pfds[n++] = (struct pollfd){.fd = l->ddpd.streams[0].fd, .events = POLLIN};
     }
@@ -412,6 +420,11 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
     if (check_children)
         launcher_reap(l);
     out_queue_write(&l->out);
+    /* An exited rank's group that has emptied is forgotten at once: its number may be
+     * given to another process, whose group must never get our signals. */
+    for (int i = 0; i < l->n_started; i++)
+        if (l->ranks[i].group_left && !group_alive(l->ranks[i].pid))
+            l->ranks[i].group_left = false;
 
     now = clock_now_ms();
     if (l->stopping && !l->killed && now >= l->kill_at_ms && l->n_running > 0) {
@@ -591,7 +604,8 @@ static void launcher_end_leftovers(launcher *l) {
         left++;
     }
     uint64_t deadline = clock_now_ms() + (uint64_t)l->opts->grace_ms;
-    while (left > 0 && clock_now_ms() < deadline) {
+    l->ending_leftovers = true;
+    while (left > 0 && clock_now_ms() < deadline && !l->leftovers_now) {
         uint64_t tick = clock_now_ms() + 20;
         launcher_pump(l, tick < deadline ? tick : deadline); /* our output goes on meanwhile */
         left = 0;
@@ -604,17 +618,30 @@ static void launcher_end_leftovers(launcher *l) {
                      l->opts->grace_ms);
             kill(-l->ranks[i].pid, SIGKILL);
         }
+    l->ending_leftovers = false;
+}
+
+/* A stop signal that came once the ranks were gone: no restart after it (ddp-run's
+ * --max-restarts, ddp-compare's next mode), and the exit code says it unless a rank's did. */
+static void launcher_note_stop(launcher *l, const bool seen[N_HANDLED]) {
+    for (size_t i = 1; i < N_HANDLED; i++) /* [0] is SIGCHLD */
+        if (seen[i] && !l->told_to_stop) {
+            l->told_to_stop = handled_signals[i];
+            launcher_set_cause(l, 128 + handled_signals[i]);
+        }
 }
 
 /* The rest of our output, as long as our reader takes it; a stop signal drops it. */
 static void launcher_flush_output(launcher *l) {
+    bool seen[N_HANDLED];
     while (!out_queue_flush(&l->out, signal_pipe[0])) {
-        bool seen[N_HANDLED];
         signals_take(seen);
-        for (size_t i = 1; i < N_HANDLED; i++) /* [0] is SIGCHLD */
-            if (seen[i])
-                return;
+        launcher_note_stop(l, seen);
+        if (l->told_to_stop)
+            break;
     }
+    signals_take(seen); /* one that came while nothing waited */
+    launcher_note_stop(l, seen);
 }
 
 static void launcher_log_sink(void *ctx, const char *line, size_t n) {
@@ -638,6 +665,7 @@ int launcher_run(const launcher_options *opts, int *exit_code, int *ret_stop_sig
         *exit_code = 1;
         return r;
     }
+    out_queue_open(&l.out);
     log_set_sink(launcher_log_sink, &l.out);
     l.ranks = calloc((size_t)opts->nproc, sizeof(child));
     l.pfds = calloc(3 + 2 * (size_t)opts->nproc, sizeof(*l.pfds));
@@ -699,6 +727,8 @@ out:
     free(l.owners);
     launcher_flush_output(&l);
     log_set_sink(NULL, NULL);
+    if (l.out.dropped)
+        log_warn("%u lines of output were lost: out of memory to hold them", l.out.dropped);
     out_queue_free(&l.out);
     signals_restore(&saved);
     if (l.files_raised)

@@ -8,18 +8,26 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define OUT_QUEUE_HIGH_BYTES (4u << 20) /* past this, the launcher reads no more output */
+#define OUT_QUEUE_HIGH_BYTES (4u << 20) /* memory held, past which the launcher reads no more output */
 
-typedef struct out_line out_line;
+typedef struct out_chunk out_chunk;
 
 typedef struct {
-    out_line *head, *tail;
-    size_t bytes; /* queued, not yet written */
-    bool gone[3]; /* by fd (stdout, stderr): nobody reads it (EPIPE, closed): lines to it are dropped */
+    out_chunk *head, *tail;
+    size_t held;      /* bytes allocated for what waits (chunks whole): the limit's measure */
+    size_t waiting;   /* bytes queued, not yet written */
+    unsigned dropped; /* lines lost for want of memory */
+    bool gone[3];     /* by fd (stdout, stderr): nobody reads it (EPIPE, closed): lines to it are dropped */
+    int writer[3];    /* by fd: what is written to, non-blocking (a terminal reopened so, else the fd) */
+    bool socket[3];   /* by fd: a socket (journald's stream), written with MSG_DONTWAIT */
 } out_queue;
 
+/* Makes the writers: a terminal is reopened non-blocking (its own open file, so the
+ * shell's stays as it was), a socket is sent to without waiting; a pipe takes PIPE_BUF
+ * bytes without blocking once it polls writable, and a file always does. */
+void out_queue_open(out_queue *q);
 /* Queues prefix, then n bytes of line, then a newline, for fd (STDOUT_FILENO or
- * STDERR_FILENO). Out of memory for the copy, it is written at once, blocking. */
+ * STDERR_FILENO). Out of memory for the copy, the line is dropped and counted. */
 void out_queue_put(out_queue *q, int fd, const char *prefix, const char *line, size_t n);
 /* Writes what the destinations take now, without blocking. */
 void out_queue_write(out_queue *q);

@@ -1,5 +1,8 @@
 #include "comm_queue.hpp"
 
+#include <stdexcept>
+#include <system_error>
+
 namespace torch_ddpd {
 
 namespace {
@@ -15,10 +18,17 @@ CommQueue::~CommQueue() {
     drain_and_stop();
 }
 
-void CommQueue::start_thread_if_needed(const std::shared_ptr<State> &state) {
+bool CommQueue::start_thread_if_needed(const std::shared_ptr<State> &state) {
     // A thread in a call takes the next one after it; the others are in completions.
-    if (!state->tasks.empty() && state->idle == 0 && !state->calling)
+    if (state->tasks.empty() || state->idle + state->starting > 0 || state->calling)
+        return true;
+    try {
         state->threads.emplace_back(run, state);
+    } catch (const std::system_error &) {
+        return false; // the calls wait for a thread that is running one's completion
+    }
+    state->starting++;
+    return true;
 }
 
 bool CommQueue::post(std::function<void()> call, std::function<void()> complete) {
@@ -28,10 +38,12 @@ bool CommQueue::post(std::function<void()> call, std::function<void()> complete)
         if (state_->stopping)
             return false;
         state_->tasks.push_back({std::move(call), std::move(complete)});
-        // From anywhere else, a thread that is completing will be back for it (and a
-        // thread is started for the first call): no thread to spare on shared cores.
-        if (completing == state_.get() || state_->threads.empty())
-            start_thread_if_needed(state_);
+        // A thread for it unless one is free: every thread may be in a completion that
+        // waits for this very call (posted from there, or by the caller meanwhile).
+        if (!start_thread_if_needed(state_) && state_->threads.empty()) {
+            state_->tasks.pop_back();
+            throw std::runtime_error("ddpd: cannot start a thread for the process group's calls");
+        }
         wake = state_->idle > 0;
     }
     if (wake)
@@ -63,6 +75,7 @@ void CommQueue::drain_and_stop() {
 
 void CommQueue::run(std::shared_ptr<State> state) {
     std::unique_lock<std::mutex> lock(state->mutex);
+    state->starting--;
     for (;;) {
         state->idle++;
         state->changed.wait(lock, [&] {

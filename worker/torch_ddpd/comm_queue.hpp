@@ -4,10 +4,10 @@
 // completion (the Work's future, whose callbacks run there). The thread that made the
 // call completes it, at once, as the fast path; but a callback may wait for a later call
 // of the same group (PowerSGD's hook does), so the calls are not held up behind a
-// completion: when a call is posted from a completion, or is waiting when a call ends,
-// and no thread is free to take it, another is started. Without a cap: each completion
+// completion: when a call is posted, or is waiting when a call ends, and no thread is free
+// to take it (waiting, or about to), another is started. Without a cap: each completion
 // that waits holds a thread, and a cap would leave the call it waits for with none (as
-// many threads as chains in flight, at most; they stay for the group's next burst).
+// many threads as completions at once, and one more; they stay for the group's next burst).
 #pragma once
 
 #include <condition_variable>
@@ -45,12 +45,14 @@ class CommQueue {
         std::deque<Task> tasks;
         bool calling = false; // a thread is in a task's call
         size_t idle = 0;      // threads waiting for a task
+        size_t starting = 0;  // threads started that have not yet waited: as good as idle
         bool stopping = false;
         std::vector<std::thread> threads;
     };
     static void run(std::shared_ptr<State> state);
     // Under the state's mutex: a thread for the next call if none is free to take it.
-    static void start_thread_if_needed(const std::shared_ptr<State> &state);
+    // false when one was needed and none could be made (the process's thread limit).
+    static bool start_thread_if_needed(const std::shared_ptr<State> &state);
 
     std::shared_ptr<State> state_;
 };

@@ -473,6 +473,34 @@ START_TEST(test_forged_inputs) {
 }
 END_TEST
 
+/* A rank that comes to a call another rank has given up on (it timed out, and went on)
+ * fails, naming that rank: it does not complete the call with the input the other left
+ * posted, which that rank may since have overwritten. */
+START_TEST(test_too_late) {
+    char dir[] = "/tmp/check_collectives.XXXXXX", dir_env[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(dir_env, sizeof(dir_env), "DDP_FAULT_DIR=%s", dir);
+    const char *program[] = {"/usr/bin/env", "DDP_TIMEOUT_MS=1000", dir_env, COLL_FAULT_PATH, "too-late", NULL};
+    proc p;
+    int code = run(&p, 2, program);
+    ck_assert_msg(code == 3, "exited %d: %s", code, proc_output_tail(&p));
+    ck_assert_msg(strstr(proc_output(&p), "[rank 0] failed: -110 ") &&
+                      strstr(proc_output(&p), "all_reduce #1 timed out after 1000 ms waiting for rank 1"),
+                  "%s", proc_output_tail(&p));
+    ck_assert_msg(strstr(proc_output(&p), "[rank 1] failed: -110 (") &&
+                      strstr(proc_output(&p), "all_reduce #1: rank 0 gave up on it before this rank came"),
+                  "%s", proc_output_tail(&p));
+    ck_assert_msg(!strstr(proc_output(&p), "all-reduce done"), "%s", proc_output_tail(&p));
+    char path[96];
+    snprintf(path, sizeof(path), "%s/gave-up", dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/answered", dir);
+    unlink(path);
+    rmdir(dir);
+    proc_close(&p);
+}
+END_TEST
+
 START_TEST(test_mismatched_counts) {
     expect_mismatch("mismatch-count", "called all_reduce(count 100");
 }
@@ -539,6 +567,7 @@ int main(int argc, char **argv) {
     tcase_add_test(faults, test_peer_killed_mid_all_reduce);
     tcase_add_test(faults, test_peer_stopped);
     tcase_add_test(faults, test_forged_inputs);
+    tcase_add_test(faults, test_too_late);
     tcase_add_test(faults, test_mismatched_counts);
     tcase_add_test(faults, test_mismatched_collectives);
     tcase_add_loop_test(add_case(s, tcase_create("examples")), test_examples, 0,

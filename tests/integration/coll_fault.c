@@ -5,6 +5,9 @@
  *   coll_fault mismatch-barrier rank 0 enters a barrier while the others all-reduce
  *   coll_fault mismatch-root   ranks 0 and 1 broadcast, each naming the other the root
  *   coll_fault late            rank 1 never calls the all-reduce rank 0 waits in
+ *   coll_fault too-late        rank 0's all-reduce times out (DDP_TIMEOUT_MS); rank 1 calls
+ *                              it only then (when $DDP_FAULT_DIR/gave-up appears), and
+ *                              rank 0 stays until rank 1 has its answer ($DIR/answered)
  *   coll_fault bad-offset      rank 0 all-reduces memory from ddp_alloc; rank 1 plays a
  *                              hostile member: it posts the same call in its own segment's
  *                              header, its input at an offset beyond its region
@@ -163,6 +166,22 @@ int main(int argc, char **argv) {
             for (;;)
                 pause();
         r = ddp_all_reduce(g, buf, count, DDP_F32, DDP_SUM);
+    } else if (!strcmp(mode, "too-late")) { /* rank 0 went on after its timeout: rank 1 must not complete it */
+        const char *dir = getenv("DDP_FAULT_DIR");
+        char gave_up[PATH_MAX], answered[PATH_MAX];
+        snprintf(gave_up, sizeof(gave_up), "%s/gave-up", dir ? dir : ".");
+        snprintf(answered, sizeof(answered), "%s/answered", dir ? dir : ".");
+        if (rank == 1)
+            for (int i = 0; i < 60000 && access(gave_up, F_OK) != 0; i++)
+                usleep(1000);
+        r = ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
+        printf("rank %d: %s\n", rank, r == 0 ? "all-reduce done" : "all-reduce failed");
+        FILE *f = fopen(rank == 0 ? gave_up : answered, "w");
+        if (f)
+            fclose(f);
+        if (rank == 0) /* alive, as a program that caught the error and went on */
+            for (int i = 0; i < 60000 && access(answered, F_OK) != 0; i++)
+                usleep(1000);
     } else if (!strcmp(mode, "mismatch-count")) {
         r = ddp_all_reduce(g, buf, 1000 + (size_t)rank, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "mismatch-kind")) {

@@ -410,7 +410,7 @@ static int barrier(comm *c, const coll_args *a) {
     return 0;
 }
 
-static int coll_shm_run(comm *c, const coll_args *a) {
+static int coll_shm_dispatch(comm *c, const coll_args *a) {
     size_t bytes = a->call.count * dtype_size(a->call.t);
     switch (a->call.kind) {
     case COLL_ALL_REDUCE:
@@ -434,6 +434,13 @@ static int coll_shm_run(comm *c, const coll_args *a) {
         return a->receiving ? p2p_shm_recv(c, state(c)->p2p, a) : p2p_shm_send(c, state(c)->p2p, a);
     }
     return comm_fail(c, -EINVAL, "%s does not go through shared memory", coll_kind_name(a->call.kind));
+}
+
+static int coll_shm_run(comm *c, const coll_args *a) {
+    int r = coll_shm_dispatch(c, a);
+    if (r < 0 && a->call.kind != COLL_SEND) /* a numbered collective: withdrawn */
+        shm_give_up(state(c)->plane, a->call.seq);
+    return r;
 }
 
 static void coll_shm_close(comm *c) {

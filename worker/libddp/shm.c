@@ -73,12 +73,22 @@ void shm_release(shm_plane *s) {
     s->release = s->phase;
 }
 
-/* Once r has posted a phase of the current collective: whether it called the same. */
+void shm_give_up(shm_plane *s, uint64_t seq) {
+    atomic_store_explicit(&head(s, s->rank)->gave_up, seq, memory_order_release);
+}
+
+/* Once r has posted a phase of the current collective: whether it called the same, and
+ * has not given up on it. */
 static int check_call(comm *c, shm_plane *s, int r, const comm_call *call) {
     const shm_call *theirs = &head(s, r)->call;
     if (theirs->seq == call->seq && theirs->kind == (uint32_t)call->kind && theirs->dtype == (uint32_t)call->t &&
-        theirs->count == call->count && theirs->op == (uint32_t)call->op && theirs->root == call->root)
-        return 0;
+        theirs->count == call->count && theirs->op == (uint32_t)call->op && theirs->root == call->root) {
+        if (atomic_load_explicit(&head(s, r)->gave_up, memory_order_acquire) != call->seq)
+            return 0;
+        return comm_fail(c, -ETIMEDOUT,
+                         "%s #%llu: rank %d gave up on it before this rank came (it failed there: see its error)",
+                         coll_kind_name(call->kind), (unsigned long long)call->seq, r);
+    }
     comm_frame f = {.h = {.src = r,
                           .kind = (uint8_t)theirs->kind,
                           .dtype = (uint8_t)theirs->dtype,

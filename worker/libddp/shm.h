@@ -91,3 +91,7 @@ int shm_wait_arrivals(comm *c, shm_plane *s, uint64_t target, const comm_call *c
 int shm_wait_free(comm *c, shm_plane *s, const comm_call *call);
 /* Marks the phase just posted as the end of this use of the buffer. */
 void shm_release(shm_plane *s);
+/* This rank's collective seq failed here (a timeout, the job's end): a peer that comes to
+ * it later fails too, naming this rank, rather than completing it with what this rank
+ * posted. One that came first may still complete it: the job's end tells it. */
+void shm_give_up(shm_plane *s, uint64_t seq);

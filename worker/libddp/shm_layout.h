@@ -23,12 +23,16 @@ typedef struct {
     uint64_t offset;   /* the input's first byte in it */
 } shm_call;
 
-/* What a segment's owner posts; alone on its cache line, as every rank polls it. */
+/* What a segment's owner posts; alone on its cache line, as every rank polls it. And on
+ * a line of its own, written only when a call fails: the call's number, so that a peer
+ * that comes late does not complete it with the input the owner left posted (and may
+ * since have overwritten). */
 typedef struct {
     _Atomic uint64_t posted;   /* the last phase the owner finished */
     _Atomic uint32_t word;     /* (uint32_t)posted, for FUTEX_WAIT */
     _Atomic uint32_t sleepers; /* ranks asleep on word */
     shm_call call;             /* written before the collective's first post: the post publishes it */
+    _Atomic uint64_t gave_up __attribute__((aligned(64))); /* the call it failed in; 0: none */
 } __attribute__((aligned(64))) shm_head;
 
 _Static_assert(sizeof(shm_head) <= SHM_HEADER_BYTES, "the header fits its page");

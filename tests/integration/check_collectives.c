@@ -501,6 +501,28 @@ START_TEST(test_too_late) {
 }
 END_TEST
 
+/* A job of one rank moves nothing, but its end ends its calls as any job's: an operator's
+ * abort stops a loop of all-reduces. */
+START_TEST(test_world_one_ended) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc rank;
+    const char *argv[] = {COLL_FAULT_PATH, "stress", NULL};
+    rank_start(&rank, &d, 1, 0, "solo", argv);
+    ck_assert_msg(proc_expect(&rank, "first ok", WAIT_MS, NULL, 0), "%s", proc_output_tail(&rank));
+    const char *ctl[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "abort", "solo", NULL};
+    proc c;
+    proc_start(&c, ctl, NULL);
+    ck_assert_msg(proc_wait(&c, WAIT_MS) == 0, "%s", proc_output_tail(&c));
+    proc_close(&c);
+    ck_assert_int_eq(proc_wait(&rank, WAIT_MS), 3);
+    ck_assert_msg(strstr(proc_output(&rank), "failed: -103 ") && strstr(proc_output(&rank), "aborted by an operator"),
+                  "%s", proc_output_tail(&rank));
+    proc_close(&rank);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 START_TEST(test_mismatched_counts) {
     expect_mismatch("mismatch-count", "called all_reduce(count 100");
 }
@@ -568,6 +590,7 @@ int main(int argc, char **argv) {
     tcase_add_test(faults, test_peer_stopped);
     tcase_add_test(faults, test_forged_inputs);
     tcase_add_test(faults, test_too_late);
+    tcase_add_test(faults, test_world_one_ended);
     tcase_add_test(faults, test_mismatched_counts);
     tcase_add_test(faults, test_mismatched_collectives);
     tcase_add_loop_test(add_case(s, tcase_create("examples")), test_examples, 0,

@@ -156,8 +156,10 @@ static int coll_prepare(ddp_group *g, coll_args *a, coll_kind kind, const void *
 static int coll_run_now(ddp_group *g, coll_args *a, bool trivial) {
     a->call.seq = ++g->coll_seq;
     coll_drain(g);
-    if (trivial)
-        return 0;
+    if (trivial) { /* nothing to move, but an ended job ends it as any call (a world of one) */
+        int r = g->failed ? g->failed : comm_check_end(&g->comm);
+        return r < 0 ? (g->failed = r) : 0;
+    }
     int r = coll_execute(g, a);
     job_end_told(&g->agent.end); /* an end that came during the call: this return says it */
     return r;

@@ -123,6 +123,9 @@ START_TEST(test_bad_flags) {
         {{"--", "--re"}, "the workers would be given --resume"},
         {{"--", "--check", "c.ckpt"}, "the worker args after --: unknown option '--check'"}, /* two it begins */
         {{"--modes", ","}, "--modes ',' lists none of ddp, dp or ps"},
+        {{"--", "--model", "mlp", "extra"}, "the worker args after --: extra: the workers would refuse it"},
+        {{"--", "--help"}, "the worker args after --: --help: the workers would train nothing"},
+        {{"--", "--model", "mlp", "--"}, "a second -- in the worker args"},
         {{"--transports", ","}, "--transports ',' lists none of shm, zmq or nccl"},
         {{"--", "--checkpoint", "c.ckpt"}, "every run would share it"},
         {{"--", "--metrics", "x.jsonl"}, "--metrics after --"},

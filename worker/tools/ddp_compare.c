@@ -166,7 +166,7 @@ static int collect(const char *out, const char *tag, mode_result *m, int world, 
 
 static int run_mode(const compare_options *o, const char *program, char **extra, int n_extra, const char *mode,
                     const char *transport, double bucket_mb, const char *tag) {
-    char metrics[4200], steps[32], bucket[32];
+    char metrics[4200], steps[32], epochs[32], bucket[32];
     snprintf(metrics, sizeof(metrics), "%s/%s-%%r.jsonl", o->out, tag);
     char **argv = calloc((size_t)n_extra + 16, sizeof(char *));
     int k = 0;
@@ -179,15 +179,13 @@ static int run_mode(const compare_options *o, const char *program, char **extra,
     }
     argv[k++] = (char *)"--metrics";
     argv[k++] = metrics;
-    if (o->steps) {
-        snprintf(steps, sizeof(steps), "%d", o->steps);
-        argv[k++] = (char *)"--steps";
-        argv[k++] = steps;
-    } else {
-        snprintf(steps, sizeof(steps), "%d", o->epochs ? o->epochs : 1);
-        argv[k++] = (char *)"--epochs";
-        argv[k++] = steps;
-    }
+    /* both, so that neither comes from the worker's environment or config file */
+    snprintf(steps, sizeof(steps), "%d", o->steps);
+    snprintf(epochs, sizeof(epochs), "%d", o->epochs ? o->epochs : 1);
+    argv[k++] = (char *)"--steps";
+    argv[k++] = steps;
+    argv[k++] = (char *)"--epochs";
+    argv[k++] = epochs;
     for (int i = 0; i < n_extra; i++)
         argv[k++] = extra[i];
     if (bucket_mb > 0) { /* last, so that it wins over the worker args */
@@ -300,6 +298,11 @@ static int check_worker_args(char **extra, int n_extra, bool sets_transport) {
         if (opt->type != CONFIG_BOOL && !strchr(extra[i], '='))
             i++; /* its value, whatever it looks like */
     }
+    for (int i = 0; i < n_extra; i++)
+        if (!strcmp(extra[i], "--")) { /* what follows would be operands, ddp-compare's flags too */
+            fprintf(stderr, "ddp-compare: a second -- in the worker args: the workers take flags only\n");
+            return -EINVAL;
+        }
     /* what the worker will make of them all: argv as it gets it (getopt reorders a copy) */
     char **argv = calloc((size_t)n_extra + 2, sizeof(char *));
     if (!argv)
@@ -308,10 +311,18 @@ static int check_worker_args(char **extra, int n_extra, bool sets_transport) {
     memcpy(argv + 1, extra, (size_t)n_extra * sizeof(char *));
     worker_options wo = {0};
     char err[512];
-    int r = config_load(worker, &wo, n_extra + 1, argv, NULL, err, sizeof(err));
+    int first = n_extra + 1;
+    int r = config_load(worker, &wo, n_extra + 1, argv, &first, err, sizeof(err));
     if (r < 0)
         fprintf(stderr, "ddp-compare: the worker args after --: %s\n", err);
-    else if (wo.checkpoint || wo.resume) {
+    else if (first <= n_extra || wo.help || wo.version) {
+        fprintf(stderr, "ddp-compare: the worker args after --: %s: the workers would %s\n",
+                first <= n_extra ? argv[first]
+                : wo.help        ? "--help"
+                                 : "--version",
+                first <= n_extra ? "refuse it (flags only)" : "train nothing");
+        r = -EINVAL;
+    } else if (wo.checkpoint || wo.resume) {
         fprintf(stderr,
                 "ddp-compare: the workers would be given %s%s (a flag after --, DDP_WORKER_CHECKPOINT, or their "
                 "--config): every run would share it; ddp-compare's runs start afresh\n",

@@ -174,26 +174,24 @@ static int print_json(const char *endpoint, const Ddp__StatusReply *st) {
 /* Sends env to ddpd and waits, within timeout_ms, for an answer of reply_type (or an Error,
  * which is printed: -EREMOTEIO). *msg holds the answer on success. -EHOSTUNREACH when no
  * answer came, with why where ZeroMQ knows it (a refused CURVE key). */
-static int ddpctl_request(const ddpctl_options *o, Ddp__Envelope *env, Ddp__MsgType reply_type, wire_msg *msg) {
+static int ddpctl_request(const ddpctl_options *o, const curve_keypair *own, Ddp__Envelope *env,
+                          Ddp__MsgType reply_type, wire_msg *msg) {
     int r = 0;
-    void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+    void *ctx = zmq_ctx_new(), *sock = ctx ? zmq_socket(ctx, ZMQ_DEALER) : NULL;
     handshake_watch handshakes = {0};
-    if (o->curve_server_key) {
-        curve_keypair own;
-        char err[512];
-        if ((r = curve_keypair_load(o->curve_key, &own, err, sizeof(err))) < 0) {
-            fprintf(stderr, "ddpctl: %s\n", err);
-            goto out;
-        }
-        if ((r = curve_client_setup(sock, o->curve_server_key, &own)) < 0) {
-            fprintf(stderr, "ddpctl: cannot set CURVE up: %s\n", error_string(r));
-            goto out;
-        }
-    }
     if (!sock || wire_socket_setup(sock, DDP_MAX_CONTROL_MSG_BYTES) < 0 ||
-        handshake_watch_start(&handshakes, ctx, sock) < 0 || zmq_connect(sock, o->coordinator) < 0) {
-        fprintf(stderr, "ddpctl: cannot connect to '%s': %s\n", o->coordinator, zmq_strerror(zmq_errno()));
-        r = -EHOSTUNREACH;
+        handshake_watch_start(&handshakes, ctx, sock) < 0) { /* this process's trouble: not ddpd's absence */
+        r = -zmq_errno();
+        fprintf(stderr, "ddpctl: cannot make a socket: %s\n", zmq_strerror(-r));
+        goto out;
+    }
+    if (own && (r = curve_client_setup(sock, o->curve_server_key, own)) < 0) {
+        fprintf(stderr, "ddpctl: cannot set CURVE up: %s\n", error_string(r));
+        goto out;
+    }
+    if (zmq_connect(sock, o->coordinator) < 0) {
+        r = -zmq_errno();
+        fprintf(stderr, "ddpctl: cannot connect to '%s': %s\n", o->coordinator, zmq_strerror(-r));
         goto out;
     }
     if ((r = wire_send(sock, NULL, 0, env, NULL, 0)) < 0) {
@@ -207,8 +205,8 @@ static int ddpctl_request(const ddpctl_options *o, Ddp__Envelope *env, Ddp__MsgT
         if (n < 0 && zmq_errno() == EINTR)
             continue;
         if (n < 0) {
-            fprintf(stderr, "ddpctl: cannot wait for ddpd's answer: %s\n", zmq_strerror(zmq_errno()));
-            r = -EHOSTUNREACH;
+            r = -zmq_errno();
+            fprintf(stderr, "ddpctl: cannot wait for ddpd's answer: %s\n", zmq_strerror(-r));
             goto out;
         }
         if (n == 0) {
@@ -221,7 +219,7 @@ static int ddpctl_request(const ddpctl_options *o, Ddp__Envelope *env, Ddp__MsgT
             else if (handshake == HANDSHAKE_MECHANISM_DIFFERS)
                 fprintf(stderr,
                         "ddpctl: ddpd at '%s' dropped the connection before it answered: one side speaks CURVE and "
-                        "the other not, or --curve-server-key is not its key\n",
+                        "the other not, --curve-server-key is not its key, or no ddpd listens there\n",
                         o->coordinator);
             else
                 fprintf(stderr, "ddpctl: no answer from ddpd at '%s' within %d ms (is it running?)\n", o->coordinator,
@@ -249,17 +247,18 @@ out:
     handshake_watch_stop(&handshakes);
     if (sock)
         zmq_close(sock);
-    zmq_ctx_term(ctx);
+    if (ctx)
+        zmq_ctx_term(ctx);
     return r;
 }
 
-static int ddpctl_status(const ddpctl_options *o, bool prometheus) {
+static int ddpctl_status(const ddpctl_options *o, const curve_keypair *own, bool prometheus) {
     Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;
     Ddp__Envelope env;
     wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REQUEST, "", -1, 0, 1);
     env.status_request = &body;
     wire_msg msg = {0};
-    int r = ddpctl_request(o, &env, DDP__MSG_TYPE__STATUS_REPLY, &msg);
+    int r = ddpctl_request(o, own, &env, DDP__MSG_TYPE__STATUS_REPLY, &msg);
     if (r < 0)
         return r;
     if (prometheus)
@@ -272,7 +271,7 @@ static int ddpctl_status(const ddpctl_options *o, bool prometheus) {
     return r;
 }
 
-static int ddpctl_abort(const ddpctl_options *o, const char *job) {
+static int ddpctl_abort(const ddpctl_options *o, const curve_keypair *own, const char *job) {
     char host[DDP_MAX_HOST + 1] = "localhost", reason[DDP_MAX_REASON];
     gethostname(host, sizeof(host) - 1);
     snprintf(reason, sizeof(reason), "ddpctl abort (pid %d on %s)", (int)getpid(), host);
@@ -285,7 +284,7 @@ static int ddpctl_abort(const ddpctl_options *o, const char *job) {
     wire_envelope_init(&env, DDP__MSG_TYPE__ABORT, job, -1, 0, 1);
     env.abort = &body;
     wire_msg msg = {0};
-    int r = ddpctl_request(o, &env, DDP__MSG_TYPE__ABORT, &msg);
+    int r = ddpctl_request(o, own, &env, DDP__MSG_TYPE__ABORT, &msg);
     if (r == 0)
         printf("job '%s' aborted\n", job);
     wire_msg_close(&msg);
@@ -295,8 +294,9 @@ static int ddpctl_abort(const ddpctl_options *o, const char *job) {
 /* The exit code for r, once stdout is written out: output that could not be written (a
  * full disk) is a failure too. */
 static int exit_code(int r) {
-    if (fflush(stdout) == EOF || ferror(stdout)) {
-        fprintf(stderr, "ddpctl: cannot write the output: %s\n", strerror(errno));
+    int e = fflush(stdout) == EOF ? errno : ferror(stdout) ? EIO : 0;
+    if (e) {
+        fprintf(stderr, "ddpctl: cannot write the output: %s\n", strerror(e));
         return EXIT_FAILED;
     }
     return r == 0 ? EXIT_DONE : r == -EHOSTUNREACH ? EXIT_UNREACHED : EXIT_FAILED;
@@ -356,10 +356,17 @@ int main(int argc, char **argv) {
         config_free(&ddpctl_spec, &o);
         return EXIT_USAGE;
     }
+    curve_keypair own; /* a key file that cannot be read is a bad flag: before any request */
+    if (o.curve_server_key && curve_keypair_load(o.curve_key, &own, err, sizeof(err)) < 0) {
+        fprintf(stderr, "ddpctl: %s\n", err);
+        config_free(&ddpctl_spec, &o);
+        return EXIT_USAGE;
+    }
+    const curve_keypair *curve = o.curve_server_key ? &own : NULL;
     if (!strcmp(command, "abort"))
-        r = ddpctl_abort(&o, argv[first + 1]);
+        r = ddpctl_abort(&o, curve, argv[first + 1]);
     else
-        r = ddpctl_status(&o, !strcmp(command, "metrics"));
+        r = ddpctl_status(&o, curve, !strcmp(command, "metrics"));
     config_free(&ddpctl_spec, &o);
     return exit_code(r);
 }

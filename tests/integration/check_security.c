@@ -455,6 +455,11 @@ START_TEST(test_curve) {
     ck_assert_int_eq(run_tool(ctl_stranger, NULL, out, sizeof(out)), 3);
     ck_assert_msg(strstr(out, "refused this client's CURVE key (its --curve-users does not name its public key)"), "%s",
                   out);
+    const char *ctl_no_key[] = {DDPCTL_PATH,          "--coordinator", d.endpoint,
+                                "--curve-server-key", server_pub,      "--curve-key",
+                                "/nonexistent.key",   "status",        NULL};
+    ck_assert_int_eq(run_tool(ctl_no_key, NULL, out, sizeof(out)), 2); /* a bad flag, before any request */
+    ck_assert_msg(strstr(out, "/nonexistent.key"), "%s", out);
     const char *ctl_plain[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "--timeout-ms", "1000", "status", NULL};
     ck_assert_int_eq(run_tool(ctl_plain, NULL, out, sizeof(out)), 3);
     ck_assert_msg(strstr(out, "one side speaks CURVE and the other not"), "%s", out);

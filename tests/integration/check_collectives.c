@@ -445,16 +445,22 @@ START_TEST(test_forged_inputs) {
     const char *mismatch[] = {COLL_FAULT_PATH, "alloc-mismatch", NULL};
     for (int r = 0; r < 3; r++)
         rank_start(&ranks[r], &d, 3, r, "alloc-mismatch", mismatch);
+    int codes[3];
+    for (int r = 0; r < 3; r++) /* all of them first: a failed check leaves none behind */
+        codes[r] = proc_wait(&ranks[r], WAIT_MS);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
     for (int r = 0; r < 3; r++) {
-        int code = proc_wait(&ranks[r], WAIT_MS);
         const char *expected = r == 0 ? "failed: ddp_alloc: another rank could not take its part"
                                       : "failed: ddp_alloc: rank 0 asked for 4096 bytes of shared memory where this "
                                         "rank asked for";
-        ck_assert_msg(code == 3 && strstr(proc_output(&ranks[r]), expected), "rank %d exited %d, expected '%s' in: %s",
-                      r, code, expected, proc_output_tail(&ranks[r]));
+        bool ok = codes[r] == 3 && strstr(proc_output(&ranks[r]), expected);
+        char tail[2048];
+        snprintf(tail, sizeof(tail), "%s", proc_output_tail(&ranks[r]));
+        for (int k = r; !ok && k < 3; k++)
+            proc_close(&ranks[k]);
+        ck_assert_msg(ok, "rank %d exited %d, expected '%s' in: %s", r, codes[r], expected, tail);
         proc_close(&ranks[r]);
     }
-    ck_assert_int_eq(ddpd_stop(&d), 0);
     /* a process that is no rank asks for the region while rank 0 hands it over: turned
      * away, and the ranks go on (its socket's name is no secret) */
     proc p;

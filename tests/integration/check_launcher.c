@@ -582,6 +582,58 @@ START_TEST(test_output_not_read) {
 }
 END_TEST
 
+/* A stop signal while ddp-run waits for its reader to take the last of a failed job's
+ * output: the rest is dropped and the job is not started again (--max-restarts). */
+START_TEST(test_stop_during_final_output) {
+    char dir[] = "/tmp/check_launcher.XXXXXX", fifo[64], dir_env[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/go", dir);
+    snprintf(dir_env, sizeof(dir_env), "DIR=%s", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    /* more than a pipe holds, then a failure; each attempt adds a line to $DIR/attempts */
+    const char *rank = "echo $$ >> \"$DIR/attempts\"; yes | head -c 400000; exit 3";
+    const char *argv[] = {"/bin/sh",
+                          "-c",
+                          "{ \"$0\" -n 1 --max-restarts 2 -- sh -c \"$1\" & echo $! > \"$DIR/pid\"; wait $!; "
+                          "echo \"ddp-run exited $?\"; } 2>&1 | { read go < \"$DIR/go\"; cat; }",
+                          DDP_RUN_PATH,
+                          rank,
+                          NULL};
+    const char *env[] = {dir_env, NULL};
+    proc p;
+    proc_start(&p, argv, env);
+    char path[96];
+    snprintf(path, sizeof(path), "%s/pid", dir);
+    int launcher_pid = read_number_file(path);
+    snprintf(path, sizeof(path), "%s/attempts", dir);
+    int first = read_number_file(path);
+    for (int i = 0; i < WAIT_MS / 20 && kill(first, 0) == 0; i++) /* reaped: the job is over */
+        usleep(20000);
+    ck_assert_msg(kill(first, 0) < 0, "rank 0 (pid %d) was not reaped", first);
+    ck_assert_int_eq(kill(launcher_pid, SIGTERM), 0); /* ddp-run waits for its reader meanwhile */
+    FILE *go = fopen(fifo, "w");
+    ck_assert_ptr_nonnull(go);
+    fputs("go\n", go);
+    fclose(go);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
+    assert_output_has(&p, "ddp-run exited 3"); /* the failed rank's code, the first cause */
+    ck_assert_msg(!strstr(proc_output(&p), "starting it again"), "%s", proc_output_tail(&p));
+    FILE *f = fopen(path, "r");
+    int attempts = 0, pid;
+    while (f && fscanf(f, "%d", &pid) == 1)
+        attempts++;
+    if (f)
+        fclose(f);
+    ck_assert_int_eq(attempts, 1);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/pid", dir);
+    unlink(path);
+    unlink(fifo);
+    ck_assert_int_eq(rmdir(dir), 0);
+    proc_close(&p);
+}
+END_TEST
+
 /* What a rank started and left running when it exited is ended with the job: ddp-run
  * signals the exited rank's process group. */
 START_TEST(test_leftovers_ended) {
@@ -619,6 +671,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_ignored_hangup);
     tcase_add_test(tc, test_output_not_read);
     tcase_add_test(tc, test_leftovers_ended);
+    tcase_add_test(tc, test_stop_during_final_output);
     tcase_add_test(tc, test_many_ranks);
     tcase_add_test(tc, test_first_failure_stops_the_rest);
     tcase_add_loop_test(tc, test_signal_forwarded, 0, 2);

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "worker/libddp/shm.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -11,8 +12,9 @@
 #include "worker/libddp/shm_handover.h"
 #include "worker/libddp/shm_layout.h"
 
-#define SHM_SPIN_US 30  /* spin this long before sleeping: a peer on another core is that close */
-#define SHM_SLEEP_MS 20 /* each sleep, at most: the job's end is noticed this soon */
+#define SHM_SPIN_US 30            /* spin this long before sleeping: a peer on another core is that close */
+#define SHM_SLEEP_MS 20           /* each sleep, at most: the job's end is noticed this soon */
+#define SHM_GAVE_UP_GRACE_MS 1000 /* for the job's end to follow a peer's failure */
 
 /* Memory a caller allocated in shared memory (ddp_alloc): every rank's, of one size. */
 typedef struct {
@@ -85,6 +87,12 @@ static int check_call(comm *c, shm_plane *s, int r, const comm_call *call) {
         theirs->count == call->count && theirs->op == (uint32_t)call->op && theirs->root == call->root) {
         if (atomic_load_explicit(&head(s, r)->gave_up, memory_order_acquire) != call->seq)
             return 0;
+        /* Its failure is most often the job's end, on its way here too (this rank was
+         * stopped, or slow): that says why, so it is given a moment to come. */
+        struct pollfd pfd = {.fd = c->end->fd, .events = POLLIN};
+        if (!job_end_code(c->end))
+            poll(&pfd, 1, SHM_GAVE_UP_GRACE_MS);
+        TRY(comm_check_end(c));
         return comm_fail(c, -ETIMEDOUT,
                          "%s #%llu: rank %d gave up on it before this rank came (it failed there: see its error)",
                          coll_kind_name(call->kind), (unsigned long long)call->seq, r);

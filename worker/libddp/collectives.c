@@ -126,6 +126,9 @@ static int coll_prepare(ddp_group *g, coll_args *a, coll_kind kind, const void *
     job_end_told(&g->agent.end);
     if (g->failed)
         return g->failed;
+    int end = job_end_code(&g->agent.end); /* every call fails once the job has ended, async ones too */
+    if (end)
+        return g->failed = group_fail(g, end, "%s", g->agent.end.text);
     const char *name = coll_kind_name(kind);
     if (!dtype_valid((int)t))
         return group_fail(g, -EINVAL, "%s: unknown dtype %d", name, (int)t);
@@ -156,10 +159,8 @@ static int coll_prepare(ddp_group *g, coll_args *a, coll_kind kind, const void *
 static int coll_run_now(ddp_group *g, coll_args *a, bool trivial) {
     a->call.seq = ++g->coll_seq;
     coll_drain(g);
-    if (trivial) { /* nothing to move, but an ended job ends it as any call (a world of one) */
-        int r = g->failed ? g->failed : comm_check_end(&g->comm);
-        return r < 0 ? (g->failed = r) : 0;
-    }
+    if (trivial)
+        return 0; /* nothing to move (an ended job was refused by coll_prepare) */
     int r = coll_execute(g, a);
     job_end_told(&g->agent.end); /* an end that came during the call: this return says it */
     return r;

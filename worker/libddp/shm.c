@@ -77,6 +77,25 @@ void shm_release(shm_plane *s) {
 
 void shm_give_up(shm_plane *s, uint64_t seq) {
     atomic_store_explicit(&head(s, s->rank)->gave_up, seq, memory_order_release);
+    shm_flag_wake(posted(s, s->rank)); /* those asleep on this rank learn it now */
+}
+
+/* Whether r has given up on the collective call (numbered: p2p's seq 0 is none). */
+static bool gave_up(const shm_plane *s, int r, const comm_call *call) {
+    return call->seq && atomic_load_explicit(&head(s, r)->gave_up, memory_order_acquire) == call->seq;
+}
+
+/* A peer gave up on the call: the job's end, which most often follows (this rank was
+ * stopped, or slow), says why, so it is given a moment to come, within the call's time. */
+static int peer_gave_up(comm *c, int r, const comm_call *call) {
+    uint64_t now = clock_now_ms();
+    uint64_t wait = call->deadline_ms > now ? call->deadline_ms - now : 0;
+    struct pollfd pfd = {.fd = c->end->fd, .events = POLLIN};
+    if (!job_end_code(c->end))
+        poll(&pfd, 1, (int)(wait < SHM_GAVE_UP_GRACE_MS ? wait : SHM_GAVE_UP_GRACE_MS));
+    TRY(comm_check_end(c));
+    return comm_fail(c, -ETIMEDOUT, "%s #%llu: rank %d gave up on it (it failed there: see its error)",
+                     coll_kind_name(call->kind), (unsigned long long)call->seq, r);
 }
 
 /* Once r has posted a phase of the current collective: whether it called the same, and
@@ -85,17 +104,7 @@ static int check_call(comm *c, shm_plane *s, int r, const comm_call *call) {
     const shm_call *theirs = &head(s, r)->call;
     if (theirs->seq == call->seq && theirs->kind == (uint32_t)call->kind && theirs->dtype == (uint32_t)call->t &&
         theirs->count == call->count && theirs->op == (uint32_t)call->op && theirs->root == call->root) {
-        if (atomic_load_explicit(&head(s, r)->gave_up, memory_order_acquire) != call->seq)
-            return 0;
-        /* Its failure is most often the job's end, on its way here too (this rank was
-         * stopped, or slow): that says why, so it is given a moment to come. */
-        struct pollfd pfd = {.fd = c->end->fd, .events = POLLIN};
-        if (!job_end_code(c->end))
-            poll(&pfd, 1, SHM_GAVE_UP_GRACE_MS);
-        TRY(comm_check_end(c));
-        return comm_fail(c, -ETIMEDOUT,
-                         "%s #%llu: rank %d gave up on it before this rank came (it failed there: see its error)",
-                         coll_kind_name(call->kind), (unsigned long long)call->seq, r);
+        return gave_up(s, r, call) ? peer_gave_up(c, r, call) : 0;
     }
     comm_frame f = {.h = {.src = r,
                           .kind = (uint8_t)theirs->kind,
@@ -256,6 +265,10 @@ int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t targe
     while (atomic_load(f.value) < target && err == 0) {
         if ((err = comm_check_peer(c, r, call)) < 0)
             break;
+        if (gave_up(s, r, call)) { /* it will not post what this rank waits for */
+            err = peer_gave_up(c, r, call);
+            break;
+        }
         uint64_t now = clock_now_ms();
         if (now >= call->deadline_ms) {
             err = comm_timed_out(c, r, call, 0, "");

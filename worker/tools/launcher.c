@@ -349,6 +349,8 @@ static void launcher_reap(launcher *l) {
 static void launcher_on_stop_signal(launcher *l, int sig) {
     if (!l->told_to_stop) /* whatever else ended the job: a stopped job is not started again */
         l->told_to_stop = sig;
+    if (l->n_started > 0 && l->n_running == 0) /* the ranks are done: the exit code says it, unless theirs did */
+        launcher_set_cause(l, 128 + sig);
     if (l->n_started == 0 && !l->cause_set) {
         log_warn("received %s before the ranks started", signal_name(sig));
         launcher_set_cause(l, 128 + sig);
@@ -637,7 +639,10 @@ static void launcher_flush_output(launcher *l) {
     while (!out_queue_flush(&l->out, signal_pipe[0])) {
         signals_take(seen);
         launcher_note_stop(l, seen);
-        if (l->told_to_stop)
+        bool stop = false; /* this round's: a SIGCHLD, or a stop signal long handled, goes on */
+        for (size_t i = 1; i < N_HANDLED; i++)
+            stop = stop || seen[i];
+        if (stop)
             break;
     }
     signals_take(seen); /* one that came while nothing waited */

@@ -99,7 +99,7 @@ ssize_t line_stream_read(line_stream *s) {
 void line_stream_drain(line_stream *s) {
     size_t total = 0;
     ssize_t n;
-    while (total < DRAIN_MAX_BYTES && s->out->held < OUT_QUEUE_HIGH_BYTES && (n = line_stream_read(s)) > 0)
+    while (total < DRAIN_MAX_BYTES && (n = line_stream_read(s)) > 0)
         total += (size_t)n;
     line_stream_close(s);
 }

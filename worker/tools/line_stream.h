@@ -32,8 +32,7 @@ void line_stream_init(line_stream *s, int fd, int dest, out_queue *out, const ch
  * end of output (and closes the stream), -EAGAIN when nothing is waiting. */
 ssize_t line_stream_read(line_stream *s);
 /* After its writer exited: takes what is left in the pipe (a bounded amount: something
- * the child started may still hold the pipe and keep writing; none past the output
- * queue's limit), then closes it. */
+ * the child started may still hold the pipe and keep writing), then closes it. */
 void line_stream_drain(line_stream *s);
 /* Passes on what is left as a last line, closes the pipe and frees the buffer. */
 void line_stream_close(line_stream *s);

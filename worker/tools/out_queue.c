@@ -34,8 +34,11 @@ void out_queue_open(out_queue *q) {
             char path[32];
             snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
             int w = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+            int high = w >= 0 ? fcntl(w, F_DUPFD_CLOEXEC, 3) : -1; /* not in a closed 0, 1 or 2's place */
             if (w >= 0)
-                q->writer[fd] = w;
+                close(w);
+            if (high >= 0)
+                q->writer[fd] = high;
         }
     }
 }

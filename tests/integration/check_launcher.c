@@ -63,6 +63,17 @@ static int read_number_file(const char *path) {
     return -1;
 }
 
+/* Makes dir (a mkdtemp template) for a test's files, env "DIR=dir" for the ranks' scripts
+ * and, unless fifo is NULL, the FIFO dir/go into fifo: a reader's "go". */
+static void scratch_dir(char *dir, char *env, size_t env_size, char *fifo, size_t fifo_size) {
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(env, env_size, "DIR=%s", dir);
+    if (fifo) {
+        snprintf(fifo, fifo_size, "%s/go", dir);
+        ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    }
+}
+
 /* Whether pid runs: not gone, and not a zombie (a process ddp-run left behind may end up
  * with a parent that does not reap it). */
 static bool process_runs(int pid) {
@@ -535,10 +546,7 @@ END_TEST
  * gone: ddp-run reaped them), and the output comes whole once the reader reads. */
 START_TEST(test_output_not_read) {
     char dir[] = "/tmp/check_launcher.XXXXXX", fifo[64], dir_env[64];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(fifo, sizeof(fifo), "%s/go", dir);
-    snprintf(dir_env, sizeof(dir_env), "DIR=%s", dir);
-    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    scratch_dir(dir, dir_env, sizeof(dir_env), fifo, sizeof(fifo));
     const char *rank = "echo $$ > \"$DIR/pid$RANK\"; if [ $RANK = 0 ]; then yes | head -c 4000000; sleep 600; "
                        "else sleep 1; exit 3; fi";
     /* ddp-run's output, and then its exit code, into a pipe read once the test says go */
@@ -586,10 +594,7 @@ END_TEST
  * output: the rest is dropped and the job is not started again (--max-restarts). */
 START_TEST(test_stop_during_final_output) {
     char dir[] = "/tmp/check_launcher.XXXXXX", fifo[64], dir_env[64];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(fifo, sizeof(fifo), "%s/go", dir);
-    snprintf(dir_env, sizeof(dir_env), "DIR=%s", dir);
-    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    scratch_dir(dir, dir_env, sizeof(dir_env), fifo, sizeof(fifo));
     /* more than a pipe holds, then a failure; each attempt adds a line to $DIR/attempts */
     const char *rank = "echo $$ >> \"$DIR/attempts\"; yes | head -c 400000; exit 3";
     const char *argv[] = {"/bin/sh",
@@ -638,8 +643,7 @@ END_TEST
  * signals the exited rank's process group. */
 START_TEST(test_leftovers_ended) {
     char dir[] = "/tmp/check_launcher.XXXXXX", dir_env[64];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(dir_env, sizeof(dir_env), "DIR=%s", dir);
+    scratch_dir(dir, dir_env, sizeof(dir_env), NULL, 0);
     const char *env[] = {dir_env, NULL};
     /* rank 0 leaves a sleep behind; rank 1 runs a while longer, so the job is not over */
     const char *script = "if [ $RANK = 0 ]; then sleep 600 > /dev/null 2>&1 & echo $! > \"$DIR/left\"; "

@@ -58,8 +58,10 @@ static int coll_execute(ddp_group *g, coll_args *a) {
         return g->failed;
     comm *c = &g->comm;
     int r = comm_check_end(c);
-    if (r < 0)
-        return g->failed = r;
+    if (r < 0) {
+        g->failed = r;
+        return r;
+    }
     a->call.deadline_ms = clock_now_ms() + (uint64_t)g->timeout_ms;
     r = c->collectives ? c->collectives->run(c, a) : coll_dispatch(c, a);
     if (r < 0) /* a mismatched recv too: the rest of that message is still queued, out of step */
@@ -127,8 +129,10 @@ static int coll_prepare(ddp_group *g, coll_args *a, coll_kind kind, const void *
     if (g->failed)
         return g->failed;
     int end = job_end_code(&g->agent.end); /* every call fails once the job has ended, async ones too */
-    if (end)
-        return g->failed = group_fail(g, end, "%s", g->agent.end.text);
+    if (end) {
+        g->failed = group_fail(g, end, "%s", g->agent.end.text);
+        return end;
+    }
     const char *name = coll_kind_name(kind);
     if (!dtype_valid((int)t))
         return group_fail(g, -EINVAL, "%s: unknown dtype %d", name, (int)t);

@@ -507,6 +507,36 @@ START_TEST(test_too_late) {
 }
 END_TEST
 
+/* Rank 0 gives up on an all-reduce rank 2 never comes to, and goes on; rank 1, waiting for
+ * rank 2 with a longer timeout, learns it at once (no job's end follows: nobody aborts). */
+START_TEST(test_peer_gave_up_while_waiting) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc ranks[3];
+    for (int r = 0; r < 3; r++) {
+        const char *argv[] = {"/usr/bin/env", r == 0 ? "DDP_TIMEOUT_MS=1000" : "DDP_TIMEOUT_MS=60000", COLL_FAULT_PATH,
+                              "one-absent", NULL};
+        rank_start(&ranks[r], &d, 3, r, "absent", argv);
+    }
+    char line[600];
+    bool zero = proc_expect(&ranks[0], "failed: ", WAIT_MS, line, sizeof(line));
+    bool zero_timed_out = zero && strstr(line, "timed out after 1000 ms waiting for rank 2");
+    uint64_t t0 = clock_now_ms();
+    int code = proc_wait(&ranks[1], WAIT_MS);
+    uint64_t waited = clock_now_ms() - t0;
+    bool named = strstr(proc_output(&ranks[1]), "all_reduce #1: rank 0 gave up on it (it failed there");
+    char tail[1024];
+    snprintf(tail, sizeof(tail), "%s", proc_output_tail(&ranks[1]));
+    for (int r = 0; r < 3; r++)
+        proc_close(&ranks[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    ck_assert_msg(zero_timed_out, "rank 0: %s", line);
+    /* not its own 60 s: the second's grace for a job's end that does not come, and a sleep slice */
+    ck_assert_msg(code == 3 && named && waited < 30000, "rank 1 exited %d after %llu ms: %s", code,
+                  (unsigned long long)waited, tail);
+}
+END_TEST
+
 /* A job of one rank moves nothing, but its end ends its calls as any job's: an operator's
  * abort stops a loop of all-reduces. */
 START_TEST(test_world_one_ended) {
@@ -597,6 +627,7 @@ int main(int argc, char **argv) {
     tcase_add_test(faults, test_forged_inputs);
     tcase_add_test(faults, test_too_late);
     tcase_add_test(faults, test_world_one_ended);
+    tcase_add_test(faults, test_peer_gave_up_while_waiting);
     tcase_add_test(faults, test_mismatched_counts);
     tcase_add_test(faults, test_mismatched_collectives);
     tcase_add_loop_test(add_case(s, tcase_create("examples")), test_examples, 0,

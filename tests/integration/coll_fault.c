@@ -5,6 +5,8 @@
  *   coll_fault mismatch-barrier rank 0 enters a barrier while the others all-reduce
  *   coll_fault mismatch-root   ranks 0 and 1 broadcast, each naming the other the root
  *   coll_fault late            rank 1 never calls the all-reduce rank 0 waits in
+ *   coll_fault one-absent      rank 2 never calls the all-reduce ranks 0 and 1 wait in
+ *                              (rank 0 with a shorter DDP_TIMEOUT_MS than rank 1's)
  *   coll_fault too-late        rank 0's all-reduce times out (DDP_TIMEOUT_MS); rank 1 calls
  *                              it only then (when $DDP_FAULT_DIR/gave-up appears), and
  *                              rank 0 stays until rank 1 has its answer ($DIR/answered)
@@ -166,6 +168,16 @@ int main(int argc, char **argv) {
             for (;;)
                 pause();
         r = ddp_all_reduce(g, buf, count, DDP_F32, DDP_SUM);
+    } else if (!strcmp(mode, "one-absent")) {
+        if (rank == 2)
+            for (;;)
+                pause();
+        r = ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
+        if (rank == 0) { /* alive, as a program that caught the error and went on, until killed */
+            printf("failed: %d (%s): %s\n", r, ddp_strerror(r), ddp_last_error(g));
+            for (;;)
+                pause();
+        }
     } else if (!strcmp(mode, "too-late")) { /* rank 0 went on after its timeout: rank 1 must not complete it */
         const char *dir = getenv("DDP_FAULT_DIR");
         char gave_up[PATH_MAX], answered[PATH_MAX];

@@ -265,8 +265,12 @@ int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t targe
     while (atomic_load(f.value) < target && err == 0) {
         if ((err = comm_check_peer(c, r, call)) < 0)
             break;
-        if (gave_up(s, r, call)) { /* it will not post what this rank waits for */
-            err = peer_gave_up(c, r, call);
+        int quit = -1; /* a rank that gave up (r, or one r may be waiting for): the call cannot end well */
+        for (int p = 0; p < s->world && quit < 0; p++)
+            if (p != s->rank && gave_up(s, p, call))
+                quit = p;
+        if (quit >= 0) {
+            err = peer_gave_up(c, quit, call);
             break;
         }
         uint64_t now = clock_now_ms();

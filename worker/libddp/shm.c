@@ -80,9 +80,11 @@ void shm_give_up(shm_plane *s, uint64_t seq) {
     shm_flag_wake(posted(s, s->rank)); /* those asleep on this rank learn it now */
 }
 
-/* Whether r has given up on the collective call (numbered: p2p's seq 0 is none). */
+/* Whether r has given up on the collective call (numbered: p2p's seq 0 is none). Only a
+ * rank on this host has a header here: one elsewhere (a job over hosts, whose collectives
+ * take point-to-point messages through the mailboxes) tells nothing so. */
 static bool gave_up(const shm_plane *s, int r, const comm_call *call) {
-    return call->seq && atomic_load_explicit(&head(s, r)->gave_up, memory_order_acquire) == call->seq;
+    return call->seq && s->segments[r] && atomic_load_explicit(&head(s, r)->gave_up, memory_order_acquire) == call->seq;
 }
 
 /* A peer gave up on the call: the job's end, which most often follows (this rank was

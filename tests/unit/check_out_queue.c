@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -101,6 +102,29 @@ START_TEST(test_stalled_terminal) {
 }
 END_TEST
 
+/* A socket nobody reads (journald's stream, stalled): sent to without waiting. */
+START_TEST(test_stalled_socket) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    int saved = redirect(STDOUT_FILENO, sv[0]);
+    out_queue q = {0};
+    out_queue_open(&q);
+    ck_assert(q.socket[STDOUT_FILENO]);
+    const int n = 6000;
+    for (int i = 0; i < n; i++) {
+        put_line(&q, STDOUT_FILENO, i);
+        out_queue_write(&q); /* returns, with the socket's buffer full */
+    }
+    ck_assert_uint_gt(q.waiting, 0);
+    read_lines(&q, sv[1], n);
+    ck_assert_uint_eq(q.waiting, 0);
+    out_queue_free(&q);
+    restore(STDOUT_FILENO, saved);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
 /* stdout and stderr one pipe (2>&1), lines to each in turn, some longer than a pipe takes
  * at once: every line whole, in the order it was put. */
 START_TEST(test_one_pipe_in_order) {
@@ -154,6 +178,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("out_queue");
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_stalled_terminal);
+    tcase_add_test(tc, test_stalled_socket);
     tcase_add_test(tc, test_one_pipe_in_order);
     tcase_add_test(tc, test_reader_gone);
     suite_add_tcase(s, tc);

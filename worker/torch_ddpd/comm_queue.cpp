@@ -1,7 +1,6 @@
 #include "comm_queue.hpp"
 
 #include <stdexcept>
-#include <system_error>
 
 namespace torch_ddpd {
 
@@ -24,8 +23,8 @@ bool CommQueue::start_thread_if_needed(const std::shared_ptr<State> &state) {
         return true;
     try {
         state->threads.emplace_back(run, state);
-    } catch (const std::system_error &) {
-        return false; // the calls wait for a thread that is running one's completion
+    } catch (const std::exception &) { // no thread (the process's limit), or no memory to list it
+        return false;                  // the calls wait for a thread that is running one's completion
     }
     state->starting++;
     return true;

@@ -39,9 +39,22 @@ static coll_shm *state(const comm *c) {
     return c->collectives_impl;
 }
 
-/* Elements of t that fit a staging buffer, split ways ways. */
-static uint64_t chunk_elems(dtype t, int ways) {
-    return SHM_BUFFER_BYTES / dtype_size(t) / (uint64_t)ways;
+/* Where in a rank's staging buffer piece k of call seq lies: its two halves in turn, piece
+ * after piece and call after call (every rank counts alike). So the lines a rank writes
+ * were last read by its peers a piece before, not moments before: writing a line that is
+ * still in a reader's L1 waits for that core to give it up (all-reduce, world 2, 64 KiB:
+ * 13.6 us against 7.9, tests/bench/allreduce_vs_mpi.sh). */
+static size_t staging_offset(uint64_t seq, uint64_t k) {
+    return ((seq + k) & 1) * (SHM_BUFFER_BYTES / 2);
+}
+
+static char *staging(const shm_plane *s, int r, uint64_t seq, uint64_t k) {
+    return shm_buffer(s, r) + staging_offset(seq, k);
+}
+
+/* Elements of t that fit a piece's half of a staging buffer, split ways ways. */
+static uint64_t piece_elems(dtype t, int ways) {
+    return SHM_BUFFER_BYTES / 2 / dtype_size(t) / (uint64_t)ways;
 }
 
 /* Slice r of len elements shared n ways: [*lo, *hi). */
@@ -61,15 +74,6 @@ static void reduce_ranks(shm_plane *s, int n, char *dst, size_t off_bytes, uint6
         reduce_into(dst, shm_buffer(s, r) + off_bytes, len, t, op);
 }
 
-/* Where rank r stages piece k of call seq: the two halves of its buffer in turn, piece
- * after piece and call after call (every rank counts alike). So the lines a rank writes
- * were last read by its peers a piece before, not moments before: writing a line that is
- * still in a reader's L1 waits for that core to give it up (world 2, 64 KiB: 13.6 us
- * against 7.9, tests/bench/allreduce_vs_mpi.sh). */
-static char *staging(const shm_plane *s, int r, uint64_t seq, uint64_t k) {
-    return shm_buffer(s, r) + ((seq + k) & 1) * (SHM_BUFFER_BYTES / 2);
-}
-
 /* Counts reading bytes from rank r; r reads as much from this rank. */
 static void count_both(comm *c, int r, uint64_t read, uint64_t given) {
     if (read)
@@ -86,7 +90,7 @@ static int all_reduce_small(comm *c, const coll_args *a, bool to_everyone) {
     size_t bytes = call->count * dtype_size(call->t);
     bool keeps = to_everyone || me == call->root;
     TRY(shm_begin(c, s, call, NULL, false));
-    memcpy(shm_buffer(s, me), a->send, bytes);
+    memcpy(shm_buffer(s, me), a->send, bytes); /* not by halves (staging): at this size it gained nothing */
     TRY(shm_wait_arrivals(c, s, shm_post(s), call));
     if (keeps) {
         reduce_ranks(s, n, a->recv, 0, call->count, call->t, call->op);
@@ -238,9 +242,16 @@ static int all_reduce_large(comm *c, const coll_args *a, bool to_everyone) {
 #define BROADCAST_SLOTS 16
 #define BROADCAST_IN_PLACE_MIN_BYTES (64u << 10)
 
-/* Where piece k of a broadcast lies in rank r's ring. */
-static char *broadcast_slot(const shm_plane *s, int r, uint64_t k, uint64_t piece, size_t es) {
-    return shm_buffer(s, r) + (k % BROADCAST_SLOTS) * piece * es;
+/* Where piece k of a broadcast lies in rank r's ring: a call starts at slot 0 or 1 by turns,
+ * so a one-piece broadcast does not write the lines its peers have just read (see
+ * staging_offset), and does not walk the whole ring through the caches either. */
+static char *broadcast_slot(const shm_plane *s, int r, uint64_t seq, uint64_t k, uint64_t piece, size_t es) {
+    return shm_buffer(s, r) + (((seq & 1) + k) % BROADCAST_SLOTS) * piece * es;
+}
+
+/* Elements of t in a slot of the ring. */
+static uint64_t broadcast_piece(dtype t) {
+    return SHM_BUFFER_BYTES / BROADCAST_SLOTS / dtype_size(t);
 }
 
 /* Phases: every rank posts 1 + pieces (1 + 1 in place). A peer posts its arrival, then
@@ -263,12 +274,12 @@ static int broadcast_give(comm *c, const coll_args *a) {
         shm_release(s);
         return 0;
     }
-    uint64_t piece = chunk_elems(call->t, BROADCAST_SLOTS), k = 0;
+    uint64_t piece = broadcast_piece(call->t), k = 0;
     for (uint64_t off = 0; off < call->count; off += piece, k++) {
         uint64_t len = call->count - off < piece ? call->count - off : piece;
         if (k >= BROADCAST_SLOTS) /* the slot's last piece is copied out everywhere */
             TRY(shm_wait_all(c, s, base + k - BROADCAST_SLOTS + 2, call));
-        memcpy(broadcast_slot(s, me, k, piece, es), (const char *)a->recv + off * es, len * es);
+        memcpy(broadcast_slot(s, me, call->seq, k, piece, es), (const char *)a->recv + off * es, len * es);
         for (int r = 0; r < n; r++)
             if (r != me)
                 comm_count_sent(c, r, len * es);
@@ -297,12 +308,12 @@ static int broadcast_take(comm *c, const coll_args *a) {
         shm_release(s);
         return 0;
     }
-    uint64_t piece = chunk_elems(call->t, BROADCAST_SLOTS), k = 0;
+    uint64_t piece = broadcast_piece(call->t), k = 0;
     for (uint64_t off = 0; off < call->count; off += piece, k++) {
         uint64_t len = call->count - off < piece ? call->count - off : piece;
         if (k > 0)
             TRY(shm_wait(c, s, root, base + k + 1, call));
-        memcpy((char *)a->recv + off * es, broadcast_slot(s, root, k, piece, es), len * es);
+        memcpy((char *)a->recv + off * es, broadcast_slot(s, root, call->seq, k, piece, es), len * es);
         comm_count_received(c, root, len * es);
         shm_post(s);
     }
@@ -329,17 +340,17 @@ static int gather(comm *c, const coll_args *a, bool to_everyone) {
     bool keeps = to_everyone || me == call->root;
     if (keeps) /* this rank's own part first: send may be its place in recv */
         memmove((char *)a->recv + (size_t)me * bytes, a->send, bytes);
-    uint64_t chunk = chunk_elems(call->t, 1);
+    uint64_t chunk = piece_elems(call->t, 1);
     for (uint64_t off = 0; off < call->count; off += chunk) {
-        uint64_t len = call->count - off < chunk ? call->count - off : chunk;
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk, k = off / chunk;
         TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call, NULL, false));
-        memcpy(shm_buffer(s, me), (const char *)a->send + off * es, len * es);
+        memcpy(staging(s, me, call->seq, k), (const char *)a->send + off * es, len * es);
         uint64_t given = shm_post(s);
         for (int r = 0; r < n && keeps; r++) {
             if (r == me)
                 continue;
             TRY(shm_wait(c, s, r, given, call));
-            memcpy((char *)a->recv + (size_t)r * bytes + off * es, shm_buffer(s, r), len * es);
+            memcpy((char *)a->recv + (size_t)r * bytes + off * es, staging(s, r, call->seq, k), len * es);
             count_both(c, r, len * es, to_everyone ? len * es : 0);
         }
         if (!keeps)
@@ -356,15 +367,15 @@ static int scatter(comm *c, const coll_args *a) {
     const comm_call *call = &a->call;
     int n = c->peers.world, me = c->peers.rank, root = call->root;
     size_t es = dtype_size(call->t), bytes = call->count * es;
-    uint64_t chunk = chunk_elems(call->t, n);
+    uint64_t chunk = piece_elems(call->t, n);
     for (uint64_t off = 0; off < call->count; off += chunk) {
-        uint64_t len = call->count - off < chunk ? call->count - off : chunk;
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk, k = off / chunk;
         /* every rank writes its call; only the root's buffer is written, and read */
         TRY(off == 0 ? shm_begin(c, s, call, NULL, false) : me == root ? shm_wait_free(c, s, call) : 0);
         if (me == root) {
             for (int r = 0; r < n; r++)
                 if (r != me) {
-                    memcpy(shm_buffer(s, me) + (size_t)r * len * es,
+                    memcpy(staging(s, me, call->seq, k) + (size_t)r * len * es,
                            (const char *)a->send + (size_t)r * bytes + off * es, len * es);
                     comm_count_sent(c, r, len * es);
                 }
@@ -372,7 +383,7 @@ static int scatter(comm *c, const coll_args *a) {
         uint64_t given = shm_post(s);
         if (me != root) {
             TRY(shm_wait(c, s, root, given, call));
-            memcpy((char *)a->recv + off * es, shm_buffer(s, root) + (size_t)me * len * es, len * es);
+            memcpy((char *)a->recv + off * es, staging(s, root, call->seq, k) + (size_t)me * len * es, len * es);
             comm_count_received(c, root, len * es);
         }
         shm_post(s);
@@ -389,17 +400,17 @@ static int reduce_scatter(comm *c, const coll_args *a) {
     const comm_call *call = &a->call;
     int n = c->peers.world, me = c->peers.rank;
     size_t es = dtype_size(call->t), bytes = call->count * es;
-    uint64_t chunk = chunk_elems(call->t, n);
+    uint64_t chunk = piece_elems(call->t, n);
     for (uint64_t off = 0; off < call->count; off += chunk) {
-        uint64_t len = call->count - off < chunk ? call->count - off : chunk;
+        uint64_t len = call->count - off < chunk ? call->count - off : chunk, k = off / chunk;
         TRY(off ? shm_wait_free(c, s, call) : shm_begin(c, s, call, NULL, false));
         for (int b = 0; b < n; b++)
-            memcpy(shm_buffer(s, me) + (size_t)b * len * es, (const char *)a->send + (size_t)b * bytes + off * es,
-                   len * es);
+            memcpy(staging(s, me, call->seq, k) + (size_t)b * len * es,
+                   (const char *)a->send + (size_t)b * bytes + off * es, len * es);
         uint64_t given = shm_post(s);
         TRY(off == 0 ? shm_wait_arrivals(c, s, given, call) : shm_wait_all(c, s, given, call));
         char *dst = (char *)a->recv + off * es;
-        reduce_ranks(s, n, dst, (size_t)me * len * es, len, call->t, call->op);
+        reduce_ranks(s, n, dst, staging_offset(call->seq, k) + (size_t)me * len * es, len, call->t, call->op);
         reduce_finish(dst, len, call->t, call->op, n);
         for (int r = 0; r < n; r++)
             if (r != me)

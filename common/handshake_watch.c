@@ -9,7 +9,7 @@
 
 int handshake_watch_start(handshake_watch *w, void *zmq_ctx, void *sock) {
     static _Atomic unsigned long counter;
-    *w = (handshake_watch){0};
+    *w = (handshake_watch){.watched = sock};
     char name[64];
     snprintf(name, sizeof(name), "inproc://ddp-handshake-watch-%lu", (unsigned long)counter++);
     if (zmq_socket_monitor(sock, name,
@@ -41,7 +41,9 @@ handshake_outcome handshake_watch_read(handshake_watch *w) {
 }
 
 void handshake_watch_stop(handshake_watch *w) {
+    if (w->watched)
+        zmq_socket_monitor(w->watched, NULL, 0); /* no more events */
     if (w->monitor)
         zmq_close(w->monitor);
-    w->monitor = NULL;
+    w->monitor = w->watched = NULL;
 }

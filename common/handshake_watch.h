@@ -4,6 +4,7 @@
 #pragma once
 
 typedef struct {
+    void *watched; /* the socket */
     void *monitor; /* PAIR, connected to the socket's monitor; NULL: none */
     int failed;    /* ZMQ_EVENT_HANDSHAKE_FAILED_*, the telling one (AUTH) kept; 0: none */
 } handshake_watch;
@@ -18,4 +19,7 @@ typedef enum {
 int handshake_watch_start(handshake_watch *w, void *zmq_ctx, void *sock);
 /* Takes in the failures seen so far and says what they amount to. */
 handshake_outcome handshake_watch_read(handshake_watch *w);
+/* Before the socket is closed: an event of its closing, sent as its context ends, fails,
+ * and libzmq leaks the event's frame (its monitor_event does not close a message it could
+ * not send). */
 void handshake_watch_stop(handshake_watch *w);

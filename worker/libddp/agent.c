@@ -616,9 +616,9 @@ static void *agent_main(void *arg) {
 
     int linger = AGENT_LEAVE_LINGER_MS;
     zmq_setsockopt(a->control, ZMQ_LINGER, &linger, sizeof(linger));
+    handshake_watch_stop(&a->handshakes);
     zmq_close(a->control);
     zmq_close(a->agent_pipe);
-    handshake_watch_stop(&a->handshakes);
     if (a->has_pending)
         zmq_msg_close(&a->pending);
     a->has_pending = false;
@@ -710,9 +710,9 @@ int agent_start(agent *a, void *zmq_ctx, const char *coordinator, const char *jo
         a->running = true;
         return 0;
     }
+    handshake_watch_stop(&a->handshakes);
     if (a->control)
         zmq_close(a->control);
-    handshake_watch_stop(&a->handshakes);
     if (a->agent_pipe)
         zmq_close(a->agent_pipe);
     if (a->pipe)

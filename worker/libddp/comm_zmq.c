@@ -484,6 +484,7 @@ static void zmq_close_plane(comm *c, bool job_failed) {
             }
         free(p->queue);
     }
+    data_guard_unwatch(p->guard);
     if (p->pull)
         zmq_close(p->pull);
     data_guard_stop(p->guard); /* after the socket: no handshake may find the handler gone */

@@ -18,6 +18,7 @@
     (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
 
 struct data_guard {
+    void *socket;  /* the data socket, watched until unwatch */
     void *zap;     /* REP on inproc://zeromq.zap.01 */
     void *monitor; /* PAIR: the data socket's failed handshakes */
     int wake;      /* eventfd: stop */
@@ -131,6 +132,7 @@ int data_guard_start(void *zmq_ctx, void *socket, data_guard **ret) {
     data_guard *g = calloc(1, sizeof(*g));
     if (!g)
         return -ENOMEM;
+    g->socket = socket;
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->admitted_changed, NULL);
     if ((g->wake = eventfd(0, EFD_CLOEXEC)) < 0) {
@@ -170,6 +172,13 @@ unsigned long long data_guard_refused(data_guard *g, char *last, size_t size) {
     snprintf(last, size, "%s", g->last);
     pthread_mutex_unlock(&g->lock);
     return n;
+}
+
+void data_guard_unwatch(data_guard *g) {
+    if (g && g->socket)
+        zmq_socket_monitor(g->socket, NULL, 0);
+    if (g)
+        g->socket = NULL;
 }
 
 void data_guard_stop(data_guard *g) {

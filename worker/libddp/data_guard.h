@@ -25,5 +25,8 @@ int data_guard_start(void *zmq_ctx, void *socket, data_guard **ret);
 void data_guard_admit(data_guard *g, const comm_peers *peers);
 /* Handshakes refused so far, and the last one in words. */
 unsigned long long data_guard_refused(data_guard *g, char *last, size_t size);
+/* Before the socket is closed: no more of its events (one that comes as the context ends
+ * cannot be sent, and libzmq's monitor_event leaks a message it could not send). */
+void data_guard_unwatch(data_guard *g);
 /* After the socket is closed: ends the thread. */
 void data_guard_stop(data_guard *g);

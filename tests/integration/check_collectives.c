@@ -573,6 +573,59 @@ START_TEST(test_mismatched_collectives) {
 }
 END_TEST
 
+/* Ranks that wait for no one in a call (each the root of its own broadcast; a scatter's
+ * root met by a gather's givers) learn of it at their next call, on every data plane:
+ * shared memory, ZeroMQ, and a job over two "hosts" (ranks 0 and 1 share one, their frames
+ * go through the mailboxes). Over shared memory every rank names it; over sockets a rank
+ * may learn instead that a peer that named it has gone (its frames with it): every rank
+ * fails, none waits out its timeout. */
+START_TEST(test_mismatch_found_next_call) {
+    static const struct {
+        const char *mode, *needles[2]; /* each rank's error names one of them */
+    } modes[] = {
+        {"mismatch-roots", {"called broadcast(count 1000, f32, sum, root ", NULL}},
+        {"mismatch-rooted",
+         {"called gather(count 1000, f32, sum, root 0)", "called scatter(count 1000, f32, sum, root 0)"}},
+    };
+    static const char *planes[] = {"shm", "zmq", "hosts aab"}; /* aab: DDP_HOST by rank */
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
+        for (size_t k = 0; k < sizeof(planes) / sizeof(planes[0]); k++) {
+            int naming = 0; /* ranks whose error names the mismatch */
+            const char *hosts = strncmp(planes[k], "hosts ", 6) ? NULL : planes[k] + 6;
+            int world = hosts ? 3 : 2;
+            char job[64];
+            snprintf(job, sizeof(job), "%s-%zu", modes[m].mode, k);
+            proc ranks[3];
+            for (int r = 0; r < world; r++) {
+                char host[32], transport[32];
+                snprintf(host, sizeof(host), "DDP_HOST=host-%c", hosts ? hosts[r] : 'a');
+                snprintf(transport, sizeof(transport), "DDP_TRANSPORT=%s", hosts ? "auto" : planes[k]);
+                const char *argv[] = {"/usr/bin/env",  host,          transport, "DDP_DATA_ENDPOINT=tcp://127.0.0.1:*",
+                                      COLL_FAULT_PATH, modes[m].mode, NULL};
+                rank_start(&ranks[r], &d, world, r, job, argv);
+            }
+            for (int r = 0; r < world; r++) {
+                int code = proc_wait(&ranks[r], WAIT_MS);
+                char line[600] = "";
+                ck_assert_msg(code == 3 && proc_expect(&ranks[r], "failed: ", 0, line, sizeof(line)),
+                              "%s on %s: rank %d exited %d: %s", modes[m].mode, planes[k], r, code,
+                              proc_output_tail(&ranks[r]));
+                bool named =
+                    strstr(line, "failed: -22 ") && strstr(line, "collective #1: rank ") &&
+                    (strstr(line, modes[m].needles[0]) || (modes[m].needles[1] && strstr(line, modes[m].needles[1])));
+                ck_assert_msg(named || (strcmp(planes[k], "shm") && strstr(line, "failed: -103 ")),
+                              "%s on %s: rank %d: %s", modes[m].mode, planes[k], r, line);
+                naming += named;
+                proc_close(&ranks[r]);
+            }
+            ck_assert_msg(naming > 0, "%s on %s: no rank named the mismatch", modes[m].mode, planes[k]);
+        }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* The seed tutorials, each with the result it must print. */
 static const struct {
     const char *program;
@@ -630,6 +683,7 @@ int main(int argc, char **argv) {
     tcase_add_test(faults, test_peer_gave_up_while_waiting);
     tcase_add_test(faults, test_mismatched_counts);
     tcase_add_test(faults, test_mismatched_collectives);
+    tcase_add_test(faults, test_mismatch_found_next_call);
     tcase_add_loop_test(add_case(s, tcase_create("examples")), test_examples, 0,
                         (int)(sizeof(tutorials) / sizeof(tutorials[0])));
     return check_main(s, argc, argv);

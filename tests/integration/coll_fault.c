@@ -4,6 +4,10 @@
  *   coll_fault mismatch-kind   rank 0 all-reduces while the others broadcast
  *   coll_fault mismatch-barrier rank 0 enters a barrier while the others all-reduce
  *   coll_fault mismatch-root   ranks 0 and 1 broadcast, each naming the other the root
+ *   coll_fault mismatch-roots  ranks 0 and 1 broadcast, each naming itself the root, then
+ *                              all-reduce (a root that gives need not wait for anyone)
+ *   coll_fault mismatch-rooted rank 0 scatters (root 0) while rank 1 gathers to it, then
+ *                              all-reduce (neither waits for the other)
  *   coll_fault late            rank 1 never calls the all-reduce rank 0 waits in
  *   coll_fault one-absent      rank 2 never calls the all-reduce ranks 0 and 1 wait in
  *                              (rank 0 with a shorter DDP_TIMEOUT_MS than rank 1's)
@@ -72,13 +76,16 @@ static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
     /* the ranks have posted the same phases so far; rank 0 may already have posted one more */
     uint64_t before = atomic_load(&heads[0]->posted) < atomic_load(&heads[1]->posted) ? atomic_load(&heads[0]->posted)
                                                                                       : atomic_load(&heads[1]->posted);
+    int slot = 0; /* the record of rank 0's call: as many came before it on both ranks */
     for (int tries = 0; !theirs && tries < 30000; tries++) { /* 30 s */
         for (int k = 0; k < 2; k++)
-            if (heads[k]->call.kind == (uint32_t)kind && heads[k]->call.count == FORGED_COUNT &&
-                atomic_load(&heads[k]->posted) > before) {
-                theirs = heads[k];
-                mine = heads[1 - k];
-            }
+            for (int j = 0; j < 2; j++)
+                if (heads[k]->calls[j].kind == (uint32_t)kind && heads[k]->calls[j].count == FORGED_COUNT &&
+                    atomic_load(&heads[k]->posted) > before) {
+                    theirs = heads[k];
+                    mine = heads[1 - k];
+                    slot = j;
+                }
         if (!theirs)
             usleep(1000);
     }
@@ -86,10 +93,10 @@ static int post_forged_input(coll_kind kind, int32_t region, uint64_t offset) {
         printf("forging: rank 0 never posted its call\n");
         return -1;
     }
-    shm_call forged = theirs->call;
+    shm_call forged = theirs->calls[slot];
     forged.region = region;
     forged.offset = offset;
-    mine->call = forged;
+    mine->calls[slot] = forged;
     uint64_t phase = atomic_load(&theirs->posted);
     atomic_store(&mine->posted, phase);
     atomic_store(&mine->word, (uint32_t)phase);
@@ -200,6 +207,15 @@ int main(int argc, char **argv) {
         r = rank == 0 ? ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM) : ddp_broadcast(g, buf, 1000, DDP_F32, 0);
     } else if (!strcmp(mode, "mismatch-root")) { /* each names the other as the root: both wait as peers */
         r = ddp_broadcast(g, buf, 1000, DDP_F32, 1 - rank);
+    } else if (!strcmp(mode, "mismatch-roots")) {
+        r = ddp_broadcast(g, buf, 1000, DDP_F32, rank);
+        if (r == 0)
+            r = ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
+    } else if (!strcmp(mode, "mismatch-rooted")) {
+        r = rank == 0 ? ddp_scatter(g, buf, buf + 1000, 1000, DDP_F32, 0)
+                      : ddp_gather(g, buf, buf + 1000, 1000, DDP_F32, 0);
+        if (r == 0)
+            r = ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "mismatch-barrier")) {
         r = rank == 0 ? ddp_barrier(g) : ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "alloc-stranger")) {

@@ -183,6 +183,16 @@ int comm_check_frame(comm *c, const comm_frame *f, const comm_call *call) {
     return same ? 0 : comm_mismatch(c, f, call);
 }
 
+int comm_check_stale(comm *c, const comm_header *h, const comm_call *call) {
+    if (!call->seq || !h->seq || h->seq >= call->seq)
+        return 0;
+    return comm_fail(c, -EINVAL,
+                     "collective #%llu: rank %d called %s(count %llu, %s, %s, root %d) and sent this rank data that "
+                     "this rank's call there did not take: the ranks called different collectives",
+                     (unsigned long long)h->seq, h->src, coll_kind_name(h->kind), (unsigned long long)h->count,
+                     dtype_name(h->dtype), reduce_op_name(h->op), h->root);
+}
+
 int comm_expect_range(comm *c, const comm_frame *f, const comm_call *call, uint64_t offset, uint64_t n) {
     if (f->h.offset == offset && f->h.n == n)
         return 0;

@@ -257,6 +257,10 @@ int comm_mismatch(comm *c, const comm_frame *f, const comm_call *call);
 /* comm_mismatch unless the frame is of the call (its kind, dtype, count, and for a
  * collective its op and root). */
 int comm_check_frame(comm *c, const comm_frame *f, const comm_call *call);
+/* -EINVAL, named, where a frame still queued from src belongs to a collective before the
+ * call: every frame of a collective is received in it, so src called something else
+ * there, where this rank had nothing to receive from it (both ranks a broadcast's root). */
+int comm_check_stale(comm *c, const comm_header *h, const comm_call *call);
 /* Checks that a received frame carries exactly [offset, offset + n). */
 int comm_expect_range(comm *c, const comm_frame *f, const comm_call *call, uint64_t offset, uint64_t n);
 /* A wait blocks on src for the call (tag for point-to-point), or no longer (src -1). */

@@ -237,6 +237,8 @@ static void mailbox_frame_free(comm_frame *f) {
 static int mailbox_recv(comm *c, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame) {
     mailbox_state *st = state(c);
     shm_ring b = shm_mailbox_ring(st->plane, src, st->rank);
+    for (const mailbox_frame *q = st->early[src]; q; q = q->next)
+        TRY(comm_check_stale(c, &q->f.h, call));
     mailbox_frame *m = take_early(st, src, call->seq, tag);
     while (!m) {
         mailbox_record rec;
@@ -247,6 +249,7 @@ static int mailbox_recv(comm *c, int src, const comm_call *call, int32_t tag, co
             TRY(shm_flag_wait(c, st->plane, src, shm_ring_written(b), st->cursor[src] + 1, call));
             continue;
         }
+        TRY(comm_check_stale(c, &rec.h, call));
         bool wanted = rec.h.seq == call->seq && rec.h.tag == tag;
         if (wanted && !st->held[src]) { /* in place, until it is freed */
             if (!(m = calloc(1, sizeof(*m))))

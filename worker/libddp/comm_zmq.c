@@ -337,6 +337,8 @@ static int zmq_recv_frame(comm *c, int src, const comm_call *call, int32_t tag, 
     zmq_plane *p = plane(c);
     bool waiting = false; /* told to ddpd's stall report once this call blocks */
     for (;;) {
+        for (const zmq_frame *q = p->queue[src]; q; q = q->next)
+            TRY(comm_check_stale(c, &q->f.h, call));
         zmq_frame *z = zmq_take(p, src, call->seq, tag);
         if (z && waiting)
             comm_report_waiting(c, -1, call, tag);

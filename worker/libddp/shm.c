@@ -27,6 +27,7 @@ struct shm_plane {
     char **segments;     /* every rank's, mapped; this rank's own among them */
     uint64_t phase;      /* the last phase this rank posted */
     uint64_t release;    /* the phase after which no peer reads this rank's buffer */
+    uint64_t begun;      /* collectives begun: the current one is every rank's record begun - 1 */
     bool crowded;        /* more ranks than CPUs to run them: a waiter yields its CPU as it spins */
     shm_region *regions; /* by id, in the order the ranks allocated them (bytes 0: freed) */
     int n_regions;
@@ -36,6 +37,15 @@ struct shm_plane {
 
 static shm_head *head(const shm_plane *s, int r) {
     return (shm_head *)s->segments[r];
+}
+
+/* Rank r's record of its n-th collective (from 0). */
+static shm_call *record(const shm_plane *s, int r, uint64_t n) {
+    return &head(s, r)->calls[n & 1];
+}
+
+static shm_call *current(const shm_plane *s, int r) {
+    return record(s, r, s->begun - 1);
 }
 
 char *shm_buffer(const shm_plane *s, int r) {
@@ -100,14 +110,11 @@ static int peer_gave_up(comm *c, int r, const comm_call *call) {
                      coll_kind_name(call->kind), (unsigned long long)call->seq, r);
 }
 
-/* Once r has posted a phase of the current collective: whether it called the same, and
- * has not given up on it. */
-static int check_call(comm *c, shm_plane *s, int r, const comm_call *call) {
-    const shm_call *theirs = &head(s, r)->call;
+/* Whether r's record (theirs) is the call this rank made. */
+static int compare_call(comm *c, const shm_call *theirs, int r, const comm_call *call) {
     if (theirs->seq == call->seq && theirs->kind == (uint32_t)call->kind && theirs->dtype == (uint32_t)call->t &&
-        theirs->count == call->count && theirs->op == (uint32_t)call->op && theirs->root == call->root) {
-        return gave_up(s, r, call) ? peer_gave_up(c, r, call) : 0;
-    }
+        theirs->count == call->count && theirs->op == (uint32_t)call->op && theirs->root == call->root)
+        return 0;
     comm_frame f = {.h = {.src = r,
                           .kind = (uint8_t)theirs->kind,
                           .dtype = (uint8_t)theirs->dtype,
@@ -121,6 +128,30 @@ static int check_call(comm *c, shm_plane *s, int r, const comm_call *call) {
         return comm_fail(c, -EINVAL, "collective #%llu: rank %d is in collective #%llu", (unsigned long long)call->seq,
                          r, (unsigned long long)theirs->seq);
     return comm_mismatch(c, &f, call);
+}
+
+/* Once r has posted a phase of the current collective: whether it called the same, and
+ * has not given up on it. */
+static int check_call(comm *c, shm_plane *s, int r, const comm_call *call) {
+    TRY(compare_call(c, current(s, r), r, call));
+    return gave_up(s, r, call) ? peer_gave_up(c, r, call) : 0;
+}
+
+/* Whether every peer's last collective was this rank's: a rank that waited for none of
+ * them (a broadcast's root, a gather's giver) learns only now that they called another.
+ * Every peer is done with it, and writes its next call in the other record. */
+static int check_last_call(comm *c, shm_plane *s) {
+    const shm_call *mine = record(s, s->rank, s->begun - 1);
+    comm_call last = {.kind = (coll_kind)mine->kind,
+                      .t = (dtype)mine->dtype,
+                      .op = (reduce_op)mine->op,
+                      .root = mine->root,
+                      .seq = mine->seq,
+                      .count = mine->count};
+    for (int r = 0; r < s->world; r++)
+        if (r != s->rank && s->segments[r])
+            TRY(compare_call(c, record(s, r, s->begun - 1), r, &last));
+    return 0;
 }
 
 static int wait_phase(comm *c, shm_plane *s, int r, uint64_t target, const comm_call *call);
@@ -147,18 +178,20 @@ static int region_of(const shm_plane *s, const void *p, size_t bytes, uint64_t *
 
 int shm_begin(comm *c, shm_plane *s, const comm_call *call, const void *input, bool in_place) {
     TRY(shm_wait_free(c, s, call)); /* every peer is done with the last collective, its check included */
+    if (s->begun)
+        TRY(check_last_call(c, s));
     uint64_t offset = 0;
     int region = region_of(s, input, call->count * dtype_size(call->t), &offset);
-    shm_call *mine = &head(s, s->rank)->call;
-    *mine = (shm_call){.seq = call->seq,
-                       .count = call->count,
-                       .kind = (uint32_t)call->kind,
-                       .dtype = (uint32_t)call->t,
-                       .op = (uint32_t)call->op,
-                       .root = call->root,
-                       .region = region,
-                       .in_place = region >= 0 && in_place,
-                       .offset = offset};
+    s->begun++;
+    *current(s, s->rank) = (shm_call){.seq = call->seq,
+                                      .count = call->count,
+                                      .kind = (uint32_t)call->kind,
+                                      .dtype = (uint32_t)call->t,
+                                      .op = (uint32_t)call->op,
+                                      .root = call->root,
+                                      .region = region,
+                                      .in_place = region >= 0 && in_place,
+                                      .offset = offset};
     return 0;
 }
 
@@ -167,13 +200,13 @@ bool shm_all_in_place(const shm_plane *s) {
 }
 
 bool shm_input_shared(const shm_plane *s) {
-    return head(s, s->rank)->call.region >= 0;
+    return current(s, s->rank)->region >= 0;
 }
 
 int shm_peer_input(comm *c, shm_plane *s, const comm_call *call, int r, const char **ret) {
     uint64_t bytes = call->count * dtype_size(call->t);
     /* read once: the peer could change it under us */
-    volatile const shm_call *theirs = &head(s, r)->call;
+    volatile const shm_call *theirs = current(s, r);
     int32_t region = theirs->region;
     uint64_t offset = theirs->offset;
     *ret = NULL;
@@ -194,13 +227,13 @@ int shm_peer_input(comm *c, shm_plane *s, const comm_call *call, int r, const ch
 }
 
 int shm_peer_inputs(comm *c, shm_plane *s, const comm_call *call, const char ***ret) {
-    s->all_in_place = head(s, s->rank)->call.in_place;
+    s->all_in_place = current(s, s->rank)->in_place;
     for (int r = 0; r < s->world; r++) {
         s->inputs[r] = NULL;
         if (r == s->rank)
             continue;
         TRY(shm_peer_input(c, s, call, r, &s->inputs[r]));
-        s->all_in_place = s->all_in_place && s->inputs[r] && head(s, r)->call.in_place;
+        s->all_in_place = s->all_in_place && s->inputs[r] && current(s, r)->in_place;
     }
     *ret = s->inputs;
     return 0;

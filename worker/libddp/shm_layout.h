@@ -31,7 +31,11 @@ typedef struct {
     _Atomic uint64_t posted;   /* the last phase the owner finished */
     _Atomic uint32_t word;     /* (uint32_t)posted, for FUTEX_WAIT */
     _Atomic uint32_t sleepers; /* ranks asleep on word */
-    shm_call call;             /* written before the collective's first post: the post publishes it */
+    /* The owner's collectives through the segment, the n-th in calls[n & 1]: each written
+     * before the call's first post, which publishes it, and kept through the next call, so
+     * that a peer that read none of it then (a broadcast's root waits for no one) can
+     * check it at its next call while the owner writes that one's. */
+    shm_call calls[2];
     _Atomic uint64_t gave_up __attribute__((aligned(64))); /* the call it failed in; 0: none */
 } __attribute__((aligned(64))) shm_head;
 

@@ -73,7 +73,9 @@ void cuda_host_release(backend *b, void *p, size_t bytes) {
 
 int cuda_host_register(backend *b, void *p, size_t bytes) {
     cuda_enter(b);
-    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    /* portable: pinned for every device's context, as the stages of a model on two GPUs
+     * both copy into it */
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
     if (e != cudaSuccess) { /* the memory stays usable: it is only not pinned */
         cudaGetLastError();
         return -EIO;

@@ -20,9 +20,23 @@ build=$(cd "${1:-$repo/build-gpu}" && pwd) || exit 1
 data=/usr/share/datasets/fashion-mnist
 [ -d "$build/fashion-mnist" ] && data=$build/fashion-mnist
 [ -d "$build/deps-lib" ] && export LD_LIBRARY_PATH="$build/deps-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# NCCL where the toolkit has none: the one pip installs with PyTorch.
-nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
-[ -n "$nccl" ] && [ -d "$nccl" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl"
+# CUDA's libraries where the system has none: the toolkit's beside nvcc, then those pip
+# installs with PyTorch (NCCL; cudart and cuBLAS, which CUDA 13's wheels keep in cu13/lib).
+cuda_libs=$(
+  nvcc=$(command -v nvcc) && for d in "${nvcc%/bin/nvcc}"/lib64 "${nvcc%/bin/nvcc}"/lib; do [ -d "$d" ] && echo "$d"; done
+  python3 - 2>/dev/null <<'PY'
+import importlib, os
+for name in ("nvidia.nccl", "nvidia.cu13", "nvidia.cublas", "nvidia.cuda_runtime"):
+    try:
+        paths = importlib.import_module(name).__path__
+    except Exception:
+        continue
+    for p in paths:
+        if os.path.isdir(os.path.join(p, "lib")):
+            print(os.path.join(p, "lib"))
+PY
+)
+for d in $cuda_libs; do export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"; done
 if [ -f "$build/source-dir" ]; then # a bundle: its absolute paths lead here
   src=$(cat "$build/source-dir")
   if [ "$src" != "$repo" ] && [ ! -e "$src" ]; then
@@ -36,10 +50,19 @@ summary=()
 say() { echo "== $*"; summary+=("$*"); }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | tail -1; }
 failed=0
+# The whole run within a budget (a device session allows 10 minutes a call): a step that
+# hangs costs its own limit, and what no longer fits is skipped, so the summary still comes.
+budget=${DDP_GPU_BUDGET_S:-450}
+limit() { # S: prints the seconds a step may take, at most S; fails when too few are left
+  local left=$((budget - SECONDS))
+  [ "$left" -ge 15 ] || return 1
+  echo $((left < $1 ? left : $1))
+}
 worker() { # N args...: a job of N workers; prints rank 0's RESULT line
-  local n=$1
+  local n=$1 t
   shift
-  timeout 120 "$build/bin/ddp-run" -n "$n" -- "$build/bin/ddp-worker" --data "$data" "$@" 2>"$out/stderr" |
+  t=$(limit 90) || { echo "skipped: the run's budget of $budget s is spent" >"$out/stderr"; return 1; }
+  timeout -k 5 "$t" "$build/bin/ddp-run" -n "$n" -- "$build/bin/ddp-worker" --data "$data" "$@" 2>"$out/stderr" |
     grep '^\[rank 0\] RESULT'
 }
 outcome() { # RESULT-line: sets result to "ok, test accuracy X", or to FAILED (counted)
@@ -59,10 +82,14 @@ fi
 say "GPU: $gpu"
 missing=$(ldd "$build/bin/ddp-worker" "$build"/lib*/ddpd/backend_cuda.so "$build"/lib/*/ddpd/backend_cuda.so 2>/dev/null |
   grep 'not found' || true)
-[ -n "$missing" ] && say "ddp-worker or its CUDA module cannot load: $missing"
+module=$(ls "$build"/lib*/ddpd/backend_cuda.so "$build"/lib/*/ddpd/backend_cuda.so 2>/dev/null | head -1)
+if [ -z "$module" ] || [ -n "$missing" ]; then # every GPU step would fail the same way
+  failed=$((failed + 1))
+  say "FAILED: ddp-worker's CUDA module ${module:-(not in $build)} cannot load: ${missing:-missing}"
+fi
 
 # 1. The CUDA backend against the CPU backend, op by op (77: it found no usable GPU).
-timeout 120 "$build/bin/check_backend_cuda" >"$out/check" 2>&1
+timeout -k 5 "$(limit 120 || echo 1)" "$build/bin/check_backend_cuda" >"$out/check" 2>&1
 code=$?
 if [ "$code" -eq 0 ]; then
   say "check_backend_cuda: passed"
@@ -106,12 +133,15 @@ say "mlp 50 steps, 2 workers ddp --devices 0,0: $result"
 r=$(worker 1 --model mlp --steps 50 --mode ddp --device cuda:0 --transport nccl) || cat "$out/stderr"
 outcome "$r"
 say "mlp 50 steps, 1 worker ddp --transport nccl: $result"
-if timeout 60 "$build/bin/ddp-run" -n 1 -- "$build/bin/ddp-worker" --data "$data" --steps 1 --device cuda:99 \
+if timeout -k 5 "$(limit 60 || echo 1)" "$build/bin/ddp-run" -n 1 -- "$build/bin/ddp-worker" --data "$data" --steps 1 --device cuda:99 \
   >"$out/bad" 2>&1; then
   failed=$((failed + 1))
   say "--device cuda:99: FAILED (it ran)"
+elif why=$(grep -o 'no GPU 99[^;]*' "$out/bad" | head -1) && [ -n "$why" ]; then
+  say "--device cuda:99: refused: $why"
 else
-  say "--device cuda:99: refused: $(grep -o 'no GPU 99[^;]*' "$out/bad" | head -1)"
+  failed=$((failed + 1))
+  say "--device cuda:99: FAILED (no 'no GPU 99' in its error: $(tail -1 "$out/bad"))"
 fi
 
 # 3. The benchmark: mlp on GPU 0, one epoch each; memory from every rank's metrics.
@@ -140,10 +170,10 @@ PY
 done
 
 # 4. cuBLAS SGEMM against the card's FP32 peak.
-timeout 120 "$build/bin/gemm-bench" >"$out/gemm" 2>&1 || { cat "$out/gemm"; failed=$((failed + 1)); }
+timeout -k 5 "$(limit 120 || echo 1)" "$build/bin/gemm-bench" >"$out/gemm" 2>&1 || { cat "$out/gemm"; failed=$((failed + 1)); }
 while read -r l; do summary+=("$l"); done < <(grep '^gemm' "$out/gemm")
 
 echo
-echo "# summary: tests/gpu/run.sh on $(hostname), $failed failed"
+echo "# summary: tests/gpu/run.sh on $(hostname), $failed failed, ${SECONDS} s"
 printf '%s\n' "${summary[@]}"
 [ "$failed" -eq 0 ]

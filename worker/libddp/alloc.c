@@ -16,7 +16,9 @@ static int alloc_private(ddp_group *g, size_t bytes, void **ret) {
     if (!grown)
         return group_fail(g, -ENOMEM, "ddp_alloc: out of memory");
     g->private_buffers = grown;
-    if (posix_memalign(ret, ALLOC_ALIGN, bytes) != 0)
+    /* whole pages: a device that pins it (cudaHostRegister) pins no neighbour's bytes */
+    size_t whole = (bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+    if (posix_memalign(ret, ALLOC_ALIGN, whole) != 0)
         return group_fail(g, -ENOMEM, "ddp_alloc: out of memory for %zu bytes", bytes);
     g->private_buffers[g->n_private_buffers++] = *ret;
     return 0;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <ATen/MemoryOverlap.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 
@@ -193,13 +194,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char 
                     ": cannot write a tensor whose elements share memory (an expanded view); pass a copy");
     auto work = c10::make_intrusive<Work>(getRank(), type, title, outputs);
     std::shared_ptr<const DeviceReady> ready = DeviceReady::after_current_streams(outputs, inputs);
+    c10::optional<c10::Device> device = DeviceReady::device_of(outputs);
+    if (!device)
+        device = DeviceReady::device_of(inputs);
     auto error = std::make_shared<std::exception_ptr>();
-    auto call = [this, ready, title, error, body = std::move(body)] {
+    auto call = [this, ready, device, outputs, title, error, body = std::move(body)] {
         try {
             at::NoGradGuard no_grad; // copies into the caller's tensors are not autograd's
+            c10::OptionalDeviceGuard on(device);
             if (ready)
                 ready->wait();
             body();
+            if (device)
+                DeviceReady::finish(outputs);
             ddp_report_progress(group_, ++calls_, 0.0); // ddpctl status: how many calls each rank has done
         } catch (const LibddpError &e) {
             // A timeout is this rank's news only: a caller that catches it and goes on
@@ -219,7 +226,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char 
             *error = std::current_exception();
         }
     };
-    auto complete = [work, error] { *error ? work->fail(*error) : work->complete(); };
+    auto complete = [work, error, device] {
+        c10::OptionalDeviceGuard on(device); // a callback (a DDP comm hook) allocates on the call's GPU
+        *error ? work->fail(*error) : work->complete();
+    };
     bool posted = queue_ && queue_->post(std::move(call), std::move(complete));
     TORCH_CHECK(posted, "ddpd: ", title, " on a process group that was shut down");
     return work;

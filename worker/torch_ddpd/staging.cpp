@@ -1,5 +1,7 @@
 #include "staging.hpp"
 
+#include <algorithm>
+
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 namespace torch_ddpd {
@@ -69,6 +71,24 @@ std::shared_ptr<const DeviceReady> DeviceReady::after_current_streams(const std:
         }
     }
     return ready;
+}
+
+void DeviceReady::finish(const std::vector<at::Tensor> &tensors) {
+    std::vector<c10::Device> done;
+    for (const at::Tensor &t : tensors) {
+        if (!t.defined() || t.device().is_cpu() || std::find(done.begin(), done.end(), t.device()) != done.end())
+            continue;
+        done.push_back(t.device());
+        c10::impl::VirtualGuardImpl guard(t.device().type());
+        guard.getStream(t.device()).synchronize();
+    }
+}
+
+c10::optional<c10::Device> DeviceReady::device_of(const std::vector<at::Tensor> &tensors) {
+    for (const at::Tensor &t : tensors)
+        if (t.defined() && !t.device().is_cpu())
+            return t.device();
+    return c10::nullopt;
 }
 
 void DeviceReady::wait() const {

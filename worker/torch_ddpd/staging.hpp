@@ -44,6 +44,13 @@ class DeviceReady {
                                                                     const std::vector<at::Tensor> &b);
     // On the comm thread.
     void wait() const;
+    // On the comm thread, once the call is done: what it queued on the devices of these
+    // tensors (a copy from one GPU tensor to another is asynchronous) has run, so that
+    // the work is complete when it says so, on whatever stream the caller then reads.
+    static void finish(const std::vector<at::Tensor> &tensors);
+    // The device of the first tensor on a GPU, if any: the comm thread's current device
+    // for the call and its callbacks (else GPU 0, where a rank on another would allocate).
+    static c10::optional<c10::Device> device_of(const std::vector<at::Tensor> &tensors);
 
   private:
     std::vector<c10::Event> events_; // one per device

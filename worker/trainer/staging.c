@@ -40,6 +40,7 @@ void staging_close(staging *s) {
     if (!s->host)
         return;
     size_t p = s->m->spec.n_params * sizeof(float);
+    model_synchronize(s->m); /* a step that failed may have left copies into them in flight */
     s->host->ops->host_release(s->host, s->params, p);
     if (s->grads_placed) /* the block is its owner's: only given back to the device */
         s->host->ops->host_unregister(s->host, s->grads, p);

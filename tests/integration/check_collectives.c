@@ -626,6 +626,68 @@ START_TEST(test_mismatch_found_next_call) {
 }
 END_TEST
 
+/* A recv of another count than its message's is refused, an empty message too (over
+ * sockets an empty send once sent nothing, and the next message met the recv of none),
+ * on every data plane; and over ZeroMQ a message dropped because more than the queue's
+ * 1 GiB came before its recv fails the recv that waits, not one later that would take
+ * the next message in its place. */
+START_TEST(test_p2p_faults) {
+    static const struct {
+        const char *mode, *needle;
+    } modes[] = {
+        {"p2p-count", "rank 0 sent 5 elements of i32 with tag 1; this rank expected 4 elements of i32"},
+        {"p2p-empty", "rank 0 sent 5 elements of i32 with tag 1; this rank expected 0 elements of i32"},
+    };
+    static const char *planes[] = {"shm", "zmq", "hosts ab"};
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
+        for (size_t k = 0; k < sizeof(planes) / sizeof(planes[0]); k++) {
+            const char *hosts = strncmp(planes[k], "hosts ", 6) ? NULL : planes[k] + 6;
+            char job[64];
+            snprintf(job, sizeof(job), "%s-%zu", modes[m].mode, k);
+            proc ranks[2];
+            for (int r = 0; r < 2; r++) {
+                char host[32], transport[32];
+                snprintf(host, sizeof(host), "DDP_HOST=host-%c", hosts ? hosts[r] : 'a');
+                snprintf(transport, sizeof(transport), "DDP_TRANSPORT=%s", hosts ? "auto" : planes[k]);
+                const char *argv[] = {"/usr/bin/env",  host,          transport, "DDP_DATA_ENDPOINT=tcp://127.0.0.1:*",
+                                      COLL_FAULT_PATH, modes[m].mode, NULL};
+                rank_start(&ranks[r], &d, 2, r, job, argv);
+            }
+            int code = proc_wait(&ranks[1], WAIT_MS);
+            char line[600] = "";
+            ck_assert_msg(code == 3 && proc_expect(&ranks[1], "failed: -22 ", 0, line, sizeof(line)) &&
+                              strstr(line, modes[m].needle),
+                          "%s on %s: rank 1 exited %d: %s", modes[m].mode, planes[k], code,
+                          proc_output_tail(&ranks[1]));
+            proc_wait(&ranks[0], WAIT_MS); /* it sent: its code is its own */
+            for (int r = 0; r < 2; r++)
+                proc_close(&ranks[r]);
+        }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(test_p2p_flood) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    proc ranks[2];
+    const char *argv[] = {"/usr/bin/env", "DDP_TRANSPORT=zmq", COLL_FAULT_PATH, "p2p-flood", NULL};
+    for (int r = 0; r < 2; r++)
+        rank_start(&ranks[r], &d, 2, r, "flood", argv);
+    int code = proc_wait(&ranks[1], WAIT_MS);
+    char line[600] = "";
+    ck_assert_msg(code == 3 && proc_expect(&ranks[1], "failed: -105 ", 0, line, sizeof(line)) &&
+                      strstr(line, "a frame from rank 0 was dropped (more early data than the matching queue holds)"),
+                  "rank 1 exited %d: %s", code, proc_output_tail(&ranks[1]));
+    proc_wait(&ranks[0], WAIT_MS);
+    for (int r = 0; r < 2; r++)
+        proc_close(&ranks[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* The seed tutorials, each with the result it must print. */
 static const struct {
     const char *program;
@@ -684,6 +746,8 @@ int main(int argc, char **argv) {
     tcase_add_test(faults, test_mismatched_counts);
     tcase_add_test(faults, test_mismatched_collectives);
     tcase_add_test(faults, test_mismatch_found_next_call);
+    tcase_add_test(faults, test_p2p_faults);
+    tcase_add_test(faults, test_p2p_flood);
     tcase_add_loop_test(add_case(s, tcase_create("examples")), test_examples, 0,
                         (int)(sizeof(tutorials) / sizeof(tutorials[0])));
     return check_main(s, argc, argv);

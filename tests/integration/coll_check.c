@@ -311,9 +311,10 @@ static void run_flood(ddp_group *g) {
 
 /* Ranks 2k and 2k+1 each send the other more than a mailbox holds before either
  * receives: neither may wait on the other for room (a full mailbox's sender copies out
- * what arrives meanwhile). */
+ * what arrives meanwhile). Once in one message, once in eight that each travel in the
+ * mailbox's ring; and an empty message each way, which is a message too. */
 static void run_exchange(ddp_group *g) {
-    enum { COUNT = 300000 }; /* 1.2 MiB */
+    enum { COUNT = 300000, SMALL = 15000, SMALLS = 8 }; /* 1.2 MiB; 60 KB */
     int peer = rank ^ 1;
     if (peer >= world)
         return;
@@ -323,6 +324,18 @@ static void run_exchange(ddp_group *g) {
     check_call(ddp_send(g, out, COUNT, DDP_I32, peer, 3), g, "exchange send", COUNT, DDP_I32, -1);
     check_call(ddp_recv(g, in, COUNT, DDP_I32, peer, 3), g, "exchange recv", COUNT, DDP_I32, -1);
     EXPECT_ELEMENTS("exchange recv", COUNT, DDP_I32, -1, COUNT, in, (double)(peer * COUNT + (int)i));
+    for (int m = 0; m < SMALLS; m++) {
+        for (int i = 0; i < SMALL; i++)
+            out[i] = (rank * SMALLS + m) * SMALL + i;
+        check_call(ddp_send(g, out, SMALL, DDP_I32, peer, 4), g, "exchange send (small)", SMALL, DDP_I32, -1);
+    }
+    for (int m = 0; m < SMALLS; m++) {
+        check_call(ddp_recv(g, in, SMALL, DDP_I32, peer, 4), g, "exchange recv (small)", SMALL, DDP_I32, -1);
+        EXPECT_ELEMENTS("exchange recv (small)", SMALL, DDP_I32, -1, SMALL, in,
+                        (double)((peer * SMALLS + m) * SMALL + (int)i));
+    }
+    check_call(ddp_send(g, out, 0, DDP_I32, peer, 5), g, "exchange send (empty)", 0, DDP_I32, -1);
+    check_call(ddp_recv(g, in, 0, DDP_I32, peer, 5), g, "exchange recv (empty)", 0, DDP_I32, -1);
     free(out);
     free(in);
 }

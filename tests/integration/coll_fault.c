@@ -8,6 +8,11 @@
  *                              all-reduce (a root that gives need not wait for anyone)
  *   coll_fault mismatch-rooted rank 0 scatters (root 0) while rank 1 gathers to it, then
  *                              all-reduce (neither waits for the other)
+ *   coll_fault p2p-count       rank 0 sends 5 i32 (tag 1); rank 1 receives 4
+ *   coll_fault p2p-empty       rank 0 sends 5 i32 (tag 1); rank 1 receives 0
+ *   coll_fault p2p-flood       rank 0 sends 1100 messages of 1 MiB (tag 1), then one of
+ *                              tag 3, which rank 1 waits for first: more than the 1 GiB
+ *                              held for recvs to come
  *   coll_fault late            rank 1 never calls the all-reduce rank 0 waits in
  *   coll_fault one-absent      rank 2 never calls the all-reduce ranks 0 and 1 wait in
  *                              (rank 0 with a shorter DDP_TIMEOUT_MS than rank 1's)
@@ -216,6 +221,19 @@ int main(int argc, char **argv) {
                       : ddp_gather(g, buf, buf + 1000, 1000, DDP_F32, 0);
         if (r == 0)
             r = ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
+    } else if (!strcmp(mode, "p2p-count") || !strcmp(mode, "p2p-empty")) {
+        int32_t msg[5] = {1, 2, 3, 4, 5};
+        r = rank == 0 ? ddp_send(g, msg, 5, DDP_I32, 1, 1)
+                      : ddp_recv(g, msg, !strcmp(mode, "p2p-count") ? 4 : 0, DDP_I32, 0, 1);
+    } else if (!strcmp(mode, "p2p-flood")) {
+        for (int m = 0; rank == 0 && r == 0 && m < 1100; m++) {
+            buf[0] = (float)m;
+            r = ddp_send(g, buf, count / 4, DDP_F32, 1, 1);
+        }
+        if (r == 0)
+            r = rank == 0 ? ddp_send(g, buf, 1, DDP_F32, 1, 3) : ddp_recv(g, buf, 1, DDP_F32, 0, 3);
+        if (r == 0 && rank == 1)
+            printf("flood: tag 3 came\n");
     } else if (!strcmp(mode, "mismatch-barrier")) {
         r = rank == 0 ? ddp_barrier(g) : ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "alloc-stranger")) {

@@ -155,7 +155,8 @@ static int drain(comm *c, mailbox_state *st) {
 
 /* Waits until dst has consumed up to target of its mailbox from this rank, copying out
  * what arrives here meanwhile. */
-static int wait_room(comm *c, mailbox_state *st, int dst, shm_ring b, uint64_t target, const comm_call *call) {
+static int wait_room(comm *c, mailbox_state *st, int dst, shm_ring b, uint64_t target, const comm_call *call,
+                     int32_t tag) {
     shm_flag room = shm_ring_consumed(b);
     uint64_t spin_until = clock_now_us() + MAILBOX_SPIN_US;
     bool reported = false;
@@ -169,14 +170,17 @@ static int wait_room(comm *c, mailbox_state *st, int dst, shm_ring b, uint64_t t
             continue;
         }
         if (!reported) { /* ddpd's stall report names dst while this lasts */
-            comm_report_waiting(c, dst, call, 0);
+            comm_report_waiting(c, dst, call, tag);
             reported = true;
         }
         if ((err = comm_check_peer(c, dst, call)) < 0)
             break;
         uint64_t now = clock_now_ms();
         if (now >= call->deadline_ms) {
-            err = comm_timed_out(c, dst, call, 0, " (this rank's mailbox to it stayed full)");
+            err = call->kind == COLL_SEND
+                      ? comm_fail(c, -ETIMEDOUT, "send timed out after %d ms waiting for rank %d (tag %d): %s",
+                                  c->timeout_ms, dst, tag, "its mailbox from this rank stayed full")
+                      : comm_timed_out(c, dst, call, 0, " (this rank's mailbox to it stayed full)");
             break;
         }
         shm_flag_sleep(room, target, MAILBOX_SLEEP_MS);
@@ -195,7 +199,7 @@ static int mailbox_send(comm *c, int dst, const comm_call *call, int32_t tag, ui
     uint64_t at = atomic_load_explicit(&b.h->written, memory_order_relaxed); /* this rank's own counter */
     uint64_t room = b.size - at % b.size, skip = room < need ? room : 0;
     if (at + skip + need > b.size)
-        TRY(wait_room(c, st, dst, b, at + skip + need - b.size, call));
+        TRY(wait_room(c, st, dst, b, at + skip + need - b.size, call, tag));
     if (skip) {
         uint32_t mark = MAILBOX_SKIP;
         memcpy(b.ring + at % b.size, &mark, sizeof(mark));
@@ -246,7 +250,7 @@ static int mailbox_recv(comm *c, int src, const comm_call *call, int32_t tag, co
         bool present;
         TRY(peek(c, st, src, b, &rec, &data, &present));
         if (!present) {
-            TRY(shm_flag_wait(c, st->plane, src, shm_ring_written(b), st->cursor[src] + 1, call));
+            TRY(shm_flag_wait(c, st->plane, src, shm_ring_written(b), st->cursor[src] + 1, call, tag));
             continue;
         }
         TRY(comm_check_stale(c, &rec.h, call));

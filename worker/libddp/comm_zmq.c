@@ -49,6 +49,7 @@ typedef struct {
     pthread_mutex_t inflight_lock;
     pthread_cond_t inflight_done;
     char dropped_why[160]; /* the last frame dropped (c->stats.frames_dropped counts them) */
+    int overflowed;        /* a rank one of whose frames the full queue could not hold, plus 1; 0: none */
     bool exposed;          /* a failed call left buffers a peer or ZeroMQ may still read */
 } zmq_plane;
 
@@ -285,6 +286,8 @@ static void zmq_read_one(comm *c) {
             why = "more early data than the matching queue holds";
         else if (zmq_frame_align(z) < 0)
             why = "no memory to align its payload";
+        if (why) /* a frame of the job's, lost: a later recv must fail, not take the next one */
+            p->overflowed = p->overflowed ? p->overflowed : h->src + 1;
     }
     if (why) {
         c->stats.frames_dropped++;
@@ -337,6 +340,9 @@ static int zmq_recv_frame(comm *c, int src, const comm_call *call, int32_t tag, 
     zmq_plane *p = plane(c);
     bool waiting = false; /* told to ddpd's stall report once this call blocks */
     for (;;) {
+        if (p->overflowed)
+            return comm_fail(c, -ENOBUFS, "a frame from rank %d was dropped (%s): what follows it cannot be matched",
+                             p->overflowed - 1, p->dropped_why);
         for (const zmq_frame *q = p->queue[src]; q; q = q->next)
             TRY(comm_check_stale(c, &q->f.h, call));
         zmq_frame *z = zmq_take(p, src, call->seq, tag);

@@ -1,12 +1,16 @@
 #include "worker/libddp/p2p_shm.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "worker/libddp/shm_layout.h"
 
 #define P2P_MAX_EARLY_BYTES (1ull << 30) /* messages read out before their recv, at once: a cap, as the mailboxes' */
+#define P2P_SPIN_US 30                   /* a full mailbox: spin this long before sleeping */
+#define P2P_SLEEP_MS 1                   /* then this long at most, between reading out what came */
 
 /* A message read out of its mailbox before its recv came. */
 typedef struct early {
@@ -73,6 +77,101 @@ void p2p_shm_close(p2p_shm *p) {
     free(p);
 }
 
+/* The record at src's mailbox cursor, once written there: checked, and how many bytes it
+ * takes in the ring. */
+static int read_record(comm *c, int src, shm_ring b, uint64_t at, shm_record *rec, uint64_t *ret_need) {
+    ring_get(b, at, rec, sizeof(*rec));
+    uint64_t bytes = rec->count * dtype_size(rec->dtype < DTYPE_COUNT ? (dtype)rec->dtype : DTYPE_U8);
+    if (!dtype_valid(rec->dtype) || rec->remote > 1 || rec->count > UINT64_MAX / 8 || (!rec->remote && !fits(b, bytes)))
+        return comm_fail(c, -EPROTO, "recv: rank %d's mailbox holds a record that is not one (tag %d, %llu elements)",
+                         src, (int)rec->tag, (unsigned long long)rec->count);
+    *ret_need = sizeof(*rec) + (rec->remote ? 0 : padded(bytes));
+    if (atomic_load(&b.h->written) < at + *ret_need)
+        return comm_fail(c, -EPROTO, "recv: rank %d's mailbox ends inside a message", src);
+    return 0;
+}
+
+/* The record at at, out of the ring and into src's list of those read before their recv
+ * (its data too, unless that comes over ZeroMQ), so that src can go on sending. */
+static int keep_early(comm *c, p2p_shm *p, int src, shm_ring b, uint64_t at, const shm_record *rec, uint64_t need) {
+    uint64_t bytes = rec->remote ? 0 : rec->count * dtype_size((dtype)rec->dtype);
+    if (p->early_bytes + bytes > P2P_MAX_EARLY_BYTES)
+        return comm_fail(c, -ENOBUFS, "more than %llu MiB came from rank %d before anyone asked for it",
+                         P2P_MAX_EARLY_BYTES >> 20, src);
+    early *e = calloc(1, sizeof(*e));
+    if (!e || (!rec->remote && !(e->data = malloc(bytes ? bytes : 1)))) {
+        free(e);
+        return comm_fail(c, -ENOMEM, "out of memory for a message of %llu bytes from rank %d",
+                         (unsigned long long)bytes, src);
+    }
+    e->rec = *rec;
+    if (!rec->remote) {
+        ring_get(b, at + sizeof(*rec), e->data, bytes);
+        p->early_bytes += bytes;
+    }
+    shm_flag_set(shm_ring_consumed(b), at + need);
+    if (p->tail[src])
+        p->tail[src]->next = e;
+    else
+        p->head[src] = e;
+    p->tail[src] = e;
+    return 0;
+}
+
+/* Reads out every message this rank's mailboxes hold, for the recvs to come. */
+static int drain(comm *c, p2p_shm *p) {
+    for (int src = 0; src < p->world; src++) {
+        if (src == c->peers.rank || !c->peers.here[src])
+            continue;
+        shm_ring b = shm_mailbox_ring(p->plane, src, c->peers.rank);
+        for (;;) {
+            uint64_t at = atomic_load(&b.h->consumed), need;
+            if (atomic_load_explicit(&b.h->written, memory_order_acquire) < at + sizeof(shm_record))
+                break;
+            shm_record rec;
+            TRY(read_record(c, src, b, at, &rec, &need));
+            TRY(keep_early(c, p, src, b, at, &rec, need));
+        }
+    }
+    return 0;
+}
+
+/* Waits until dst has taken enough of this rank's mailbox to it (consumed reaches target),
+ * reading out what comes to this rank meanwhile: two ranks that both send before they
+ * receive never wait on each other. */
+static int wait_room(comm *c, p2p_shm *p, int dst, shm_ring b, uint64_t target, const coll_args *a) {
+    shm_flag room = shm_ring_consumed(b);
+    uint64_t spin_until = clock_now_us() + P2P_SPIN_US;
+    bool reported = false;
+    int err = 0;
+    while (atomic_load_explicit(room.value, memory_order_acquire) < target) {
+        if ((err = drain(c, p)) < 0)
+            break;
+        if (clock_now_us() < spin_until) {
+            if (shm_crowded(p->plane))
+                sched_yield();
+            continue;
+        }
+        if (!reported) { /* ddpd's stall report names dst while this lasts */
+            comm_report_waiting(c, dst, &a->call, a->tag);
+            reported = true;
+        }
+        if ((err = comm_check_peer(c, dst, &a->call)) < 0)
+            break;
+        if (clock_now_ms() >= a->call.deadline_ms) {
+            err = comm_fail(c, -ETIMEDOUT,
+                            "send timed out after %d ms waiting for rank %d (tag %d): it took none of what this rank "
+                            "sent it, and its mailbox is full",
+                            c->timeout_ms, dst, a->tag);
+            break;
+        }
+        shm_flag_sleep(room, target, P2P_SLEEP_MS);
+    }
+    if (reported)
+        comm_report_waiting(c, -1, &a->call, 0);
+    return err;
+}
+
 int p2p_shm_send(comm *c, p2p_shm *p, const coll_args *a) {
     const comm_call *call = &a->call;
     int dst = call->root;
@@ -82,7 +181,7 @@ int p2p_shm_send(comm *c, p2p_shm *p, const coll_args *a) {
     uint64_t need = sizeof(shm_record) + (remote ? 0 : padded(bytes));
     uint64_t at = atomic_load(&b.h->written); /* this rank's own counter */
     if (at + need > b.size)                   /* room: the receiver has taken enough */
-        TRY(shm_flag_wait(c, p->plane, dst, shm_ring_consumed(b), at + need - b.size, call));
+        TRY(wait_room(c, p, dst, b, at + need - b.size, a));
     shm_record rec = {.tag = a->tag, .dtype = (uint8_t)call->t, .remote = remote, .count = call->count};
     ring_put(b, at, &rec, sizeof(rec));
     if (!remote)
@@ -136,43 +235,15 @@ int p2p_shm_recv(comm *c, p2p_shm *p, const coll_args *a) {
     }
     shm_ring b = shm_mailbox_ring(p->plane, src, c->peers.rank);
     for (;;) {
-        uint64_t at = atomic_load(&b.h->consumed); /* this rank's own counter */
-        TRY(shm_flag_wait(c, p->plane, src, shm_ring_written(b), at + sizeof(shm_record), call));
+        uint64_t at = atomic_load(&b.h->consumed), need; /* this rank's own counter */
+        TRY(shm_flag_wait(c, p->plane, src, shm_ring_written(b), at + sizeof(shm_record), call, a->tag));
         shm_record rec;
-        ring_get(b, at, &rec, sizeof(rec));
-        uint64_t bytes = rec.count * dtype_size(rec.dtype < DTYPE_COUNT ? (dtype)rec.dtype : DTYPE_U8);
-        if (!dtype_valid(rec.dtype) || rec.remote > 1 || rec.count > UINT64_MAX / 8 || (!rec.remote && !fits(b, bytes)))
-            return comm_fail(c, -EPROTO,
-                             "recv: rank %d's mailbox holds a record that is not one (tag %d, %llu elements)", src,
-                             (int)rec.tag, (unsigned long long)rec.count);
-        uint64_t need = sizeof(rec) + (rec.remote ? 0 : padded(bytes));
-        if (atomic_load(&b.h->written) < at + need)
-            return comm_fail(c, -EPROTO, "recv: rank %d's mailbox ends inside a message", src);
+        TRY(read_record(c, src, b, at, &rec, &need));
         if (rec.tag == a->tag) {
             int r = deliver(c, a, &rec, b, at + sizeof(rec), NULL);
             shm_flag_set(shm_ring_consumed(b), at + need);
             return r;
         }
-        /* another tag's: out of the ring, so that the sender can go on, until its recv */
-        if (!rec.remote && p->early_bytes + bytes > P2P_MAX_EARLY_BYTES)
-            return comm_fail(c, -ENOBUFS, "recv (tag %d): more than %llu MiB came from rank %d under other tags first",
-                             a->tag, P2P_MAX_EARLY_BYTES >> 20, src);
-        early *e = calloc(1, sizeof(*e));
-        if (!e || (!rec.remote && !(e->data = malloc(bytes ? bytes : 1)))) {
-            free(e);
-            return comm_fail(c, -ENOMEM, "out of memory for a message of %llu bytes from rank %d",
-                             (unsigned long long)bytes, src);
-        }
-        e->rec = rec;
-        if (!rec.remote) {
-            ring_get(b, at + sizeof(rec), e->data, bytes);
-            p->early_bytes += bytes;
-        }
-        shm_flag_set(shm_ring_consumed(b), at + need);
-        if (p->tail[src])
-            p->tail[src]->next = e;
-        else
-            p->head[src] = e;
-        p->tail[src] = e;
+        TRY(keep_early(c, p, src, b, at, &rec, need)); /* another tag's, until its recv */
     }
 }

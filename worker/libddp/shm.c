@@ -284,7 +284,7 @@ int shm_region_close(comm *c, shm_plane *s, void *base) {
     return comm_fail(c, -EINVAL, "ddp_free: %p is not memory ddp_alloc gave", base);
 }
 
-int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t target, const comm_call *call) {
+int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t target, const comm_call *call, int32_t tag) {
     if (atomic_load_explicit(f.value, memory_order_acquire) >= target)
         return 0;
     uint64_t spin_until = clock_now_us() + SHM_SPIN_US;
@@ -295,7 +295,7 @@ int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t targe
         if (s->crowded) /* r may be waiting for this very CPU */
             sched_yield();
     }
-    comm_report_waiting(c, r, call, 0); /* ddpd's stall report names r while this lasts */
+    comm_report_waiting(c, r, call, tag); /* ddpd's stall report names r while this lasts */
     int err = 0;
     while (atomic_load(f.value) < target && err == 0) {
         if ((err = comm_check_peer(c, r, call)) < 0)
@@ -310,7 +310,7 @@ int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t targe
         }
         uint64_t now = clock_now_ms();
         if (now >= call->deadline_ms) {
-            err = comm_timed_out(c, r, call, 0, "");
+            err = comm_timed_out(c, r, call, tag, "");
             break;
         }
         shm_flag_sleep(f, target, call->deadline_ms - now < SHM_SLEEP_MS ? call->deadline_ms - now : SHM_SLEEP_MS);
@@ -324,7 +324,7 @@ bool shm_crowded(const shm_plane *s) {
 }
 
 static int wait_phase(comm *c, shm_plane *s, int r, uint64_t target, const comm_call *call) {
-    return shm_flag_wait(c, s, r, posted(s, r), target, call);
+    return shm_flag_wait(c, s, r, posted(s, r), target, call, 0);
 }
 
 int shm_wait_all(comm *c, shm_plane *s, uint64_t target, const comm_call *call) {

@@ -38,10 +38,10 @@ typedef struct {
 shm_ring shm_mailbox_ring(const shm_plane *s, int from, int to);
 shm_flag shm_ring_written(shm_ring b);
 shm_flag shm_ring_consumed(shm_ring b);
-/* Waits until f reaches target, as rank r sets it for call: spins a little, then sleeps
- * on its futex in slices; ends with an error naming r at the job's end, r's leaving or
- * the call's deadline. */
-int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t target, const comm_call *call);
+/* Waits until f reaches target, as rank r sets it for call (with tag, for point-to-point):
+ * spins a little, then sleeps on its futex in slices; ends with an error naming r at the
+ * job's end, r's leaving or the call's deadline. */
+int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t target, const comm_call *call, int32_t tag);
 /* Whether this host has fewer CPUs for the job than ranks on it: a spinning waiter yields. */
 bool shm_crowded(const shm_plane *s);
 

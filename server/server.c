@@ -998,6 +998,16 @@ static void server_on_abort_request(server *s, const wire_msg *msg) {
     }
     char reason[DDP_MAX_REASON], name[DDP_MAX_JOB_NAME + 1];
     ssize_t idx = job_find_member(j, msg->identity, msg->identity_size);
+    if (idx < 0 && msg->env->rank >= 0) {
+        /* a rank's ddp_abort (an operator's names none) that is not this job's: of a job of
+         * the name that has ended, whose relaunch must not end with it */
+        log_info("job '%s': an abort from rank %d of generation %llu, which has ended, left generation %llu alone",
+                 j->name, msg->env->rank, (unsigned long long)msg->env->generation, (unsigned long long)j->generation);
+        server_send_error(s, msg, -ESTALE,
+                          "abort: this rank is no member of job '%s' (generation %llu): the job it was in has ended",
+                          j->name, (unsigned long long)j->generation);
+        return;
+    }
     if (idx >= 0 && j->state == JOB_RUNNING) { /* a member that cannot go on: the others hear from whom */
         const job_member *m = &j->members[idx];
         snprintf(reason, sizeof(reason), "rank %d (pid %u on %.64s) gave up: %.300s", m->rank, m->pid, m->host,

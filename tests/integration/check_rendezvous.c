@@ -175,6 +175,46 @@ START_TEST(test_killed_member_named_within_3s) {
 }
 END_TEST
 
+/* A rank of a job that ended gives up late (ddp_abort), while a relaunch of the same name
+ * forms: the relaunch is not its to end, and forms once its rank 0 comes. */
+START_TEST(test_late_abort_spares_relaunch) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    char flag[64];
+    snprintf(flag, sizeof(flag), "/tmp/ddp-late-abort-%d", (int)getpid());
+    unlink(flag);
+    proc old[2], relaunch[2];
+    const char *late[] = {"--abort-after-end", flag, NULL}, *hang[] = {"--hang-at", "0", NULL};
+    member_start(&old[0], &d, 2, 0, "relaunch", late);
+    member_start(&old[1], &d, 2, 1, "relaunch", hang);
+    ck_assert_msg(proc_expect(&old[0], "joined", WAIT_MS, NULL, 0), "%s", proc_output_tail(&old[0]));
+    proc_signal(&old[1], SIGKILL);
+    ck_assert_msg(proc_expect(&old[0], "job ended", WAIT_MS, NULL, 0), "%s", proc_output_tail(&old[0]));
+    const char *barriers[] = {"--barriers", "2", NULL};
+    member_start(&relaunch[1], &d, 2, 1, "relaunch", barriers);
+    void *ctx = zmq_ctx_new();
+    raw_wait_members(ctx, d.endpoint, "relaunch", 1, WAIT_MS); /* the relaunch is forming */
+    zmq_ctx_term(ctx);
+    FILE *f = fopen(flag, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    ck_assert_msg(proc_expect(&old[0], "late abort: 0", WAIT_MS, NULL, 0), "%s", proc_output_tail(&old[0]));
+    ck_assert_int_eq(proc_wait(&old[0], WAIT_MS), 0);
+    member_start(&relaunch[0], &d, 2, 0, "relaunch", barriers);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(proc_expect(&relaunch[r], "barrier 1 ok", WAIT_MS, NULL, 0), "rank %d: %s", r,
+                      proc_output_tail(&relaunch[r]));
+        ck_assert_int_eq(proc_wait(&relaunch[r], WAIT_MS), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        proc_close(&old[r]);
+        proc_close(&relaunch[r]);
+    }
+    unlink(flag);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* ddpd's peak resident memory, in MiB. */
 static double peak_rss_mib(pid_t pid) {
     char path[64], line[256];
@@ -1483,6 +1523,7 @@ int main(int argc, char **argv) {
     tcase_add_test(faults, test_stalled_member);
     tcase_add_test(faults, test_watchdog_ends_hung_rank);
     tcase_add_test(faults, test_jobs_side_by_side);
+    tcase_add_test(faults, test_late_abort_spares_relaunch);
     tcase_add_test(restart, test_ddpd_restart);
     tcase_add_loop_test(restart, test_ps_restart_behind, 0, 2);
     tcase_add_test(restart, test_rejoin_store_quota);

@@ -20,6 +20,9 @@
  * connections and F frames: LAST"), so a test can try to slip its own frame in first.
  * --keep-key 1: rank 0 sets "kept" once the job forms; after the barriers every rank gets it
  * ("kept: 'V'"), so a test can restart ddpd in between and see the store come back.
+ * --abort-after-end PATH: once the job has ended ("job ended: LAST_ERROR"), waits for PATH
+ *   (at most 30 s), then calls ddp_abort ("late abort: CODE"): a rank of a job that ended,
+ *   giving up late, while a relaunch of the same name forms.
  * --ps N: the job is in mode ps with one bucket of 4 floats; N steps, rank r pushing
  *   (r + 1) * (step + 1) each: "ps pushed K", then "ps pulled K: A" (A the average).
  * --ps-hold PATH: the ranks below --ps-holders H (default 1) wait between their push and
@@ -38,7 +41,7 @@
 int main(int argc, char **argv) {
     int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0, recv_late_ms = 0,
         keep_key = 0, ps = 0, ps_holders = 1;
-    const char *ps_hold = NULL;
+    const char *ps_hold = NULL, *abort_after_end = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
@@ -64,6 +67,8 @@ int main(int argc, char **argv) {
             ps_hold = argv[i + 1];
         else if (strcmp(argv[i], "--ps-holders") == 0)
             ps_holders = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--abort-after-end") == 0)
+            abort_after_end = argv[i + 1];
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -97,6 +102,17 @@ int main(int argc, char **argv) {
         else
             printf("received %d from rank 0\nrefused %llu connections and %llu frames: %s\n", value,
                    refused.connections, refused.frames, refused.last_connection);
+    }
+    if (abort_after_end) {
+        for (int i = 0; i < 3000 && ddp_job_status(g) == 0; i++)
+            usleep(10 * 1000);
+        printf("job ended: %s\n", ddp_last_error(g));
+        struct stat st;
+        for (int i = 0; i < 3000 && stat(abort_after_end, &st) < 0; i++)
+            usleep(10 * 1000);
+        printf("late abort: %d\n", ddp_abort(g, "giving up late"));
+        ddp_finalize(g);
+        return 0;
     }
     if (keep_key && ddp_rank(g) == 0 && (r = ddp_store_set(g, "kept", "set before", 10)) < 0)
         printf("store_set failed: %d: %s\n", r, ddp_last_error(g));

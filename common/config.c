@@ -137,6 +137,7 @@ int config_set(const config_spec *spec, void *target, const char *name, const ch
 typedef struct {
     const config_spec *spec;
     void *target;
+    bool *seen; /* per option: the file set it already */
     int failed;
     char detail[600]; /* what is wrong, after "path:line: " (the path may be any length) */
 } config_ini_state;
@@ -159,6 +160,17 @@ static int config_ini_handler(void *user, const char *section, const char *name,
         st->failed = -EINVAL;
         return 0;
     }
+    /* inih hands an indented line on as more of the key above it (a second call with the
+     * same name): refused with a key given twice, rather than one silently winning. */
+    size_t i = (size_t)(opt - st->spec->options);
+    if (st->seen[i]) {
+        snprintf(st->detail, sizeof(st->detail),
+                 "%s: set a second time (a key goes once in a file; an indented line continues the one above it)",
+                 opt->name);
+        st->failed = -EINVAL;
+        return 0;
+    }
+    st->seen[i] = true;
     int r = config_assign(opt, st->target, value, opt->name, st->detail, sizeof(st->detail));
     if (r < 0) {
         st->failed = r;
@@ -256,9 +268,10 @@ int config_read_file(const config_spec *spec, void *target, const char *path, ch
     int r = config_slurp(path, &text, err, err_size);
     if (r < 0)
         return r;
-    config_ini_state st = {.spec = spec, .target = target};
-    int line = ini_parse_string(text, config_ini_handler, &st);
+    config_ini_state st = {.spec = spec, .target = target, .seen = calloc(spec->n_options + 1, sizeof(bool))};
+    int line = st.seen ? ini_parse_string(text, config_ini_handler, &st) : -2;
     free(text);
+    free(st.seen);
     if (line == -2) {
         snprintf(err, err_size, "%s: out of memory", path);
         return -ENOMEM;

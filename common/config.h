@@ -51,7 +51,8 @@ int config_load(const config_spec *spec, void *target, int argc, char **argv, in
 int config_set(const config_spec *spec, void *target, const char *name, const char *value, const char *where,
                char *err, size_t err_size);
 
-/* Reads an INI file into target (only the keys it names). */
+/* Reads an INI file into target (only the keys it names). A key the file sets twice is
+ * refused, naming the line: inih takes an indented line as more of the key above it. */
 int config_read_file(const config_spec *spec, void *target, const char *path, char *err, size_t err_size);
 
 /* The option a command-line argument sets as getopt_long takes it: "--name" or

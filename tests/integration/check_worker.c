@@ -1,11 +1,13 @@
 /* ddp-worker with odd but plausible inputs, as a user's probe found them: paths that are
  * not regular files, an existing checkpoint, signals at every stage, exit codes, metrics
- * across a resume and on a full disk, a resume with other settings or nothing left to do.
+ * across a resume, on a full disk and into a FIFO, a resume with other settings, other data
+ * or nothing left to do.
  * Each would have caught a bug it fixed. The device-node cases need root (a case of their
  * own, skipped elsewhere). */
 #include <cJSON.h>
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,8 +41,8 @@ static void teardown(void) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
-/* ddp-run -n n -- ddp-worker --data DIR --model 64-16-10 --batch-size 32 ARGS...; the exit code. */
-static int train_env(proc *p, int n, const char *const *args, const char *const *env) {
+/* Starts ddp-run -n n -- ddp-worker --data DIR --model 64-16-10 --batch-size 32 ARGS... */
+static void train_start(proc *p, int n, const char *const *args, const char *const *env) {
     char n_text[8];
     snprintf(n_text, sizeof(n_text), "%d", n);
     const char *argv[48] = {DDP_RUN_PATH, "-n",  n_text,         "--", DDP_WORKER_PATH, "--data", dir,
@@ -50,6 +52,11 @@ static int train_env(proc *p, int n, const char *const *args, const char *const 
         argv[k++] = args[i];
     argv[k] = NULL;
     proc_start(p, argv, env);
+}
+
+/* The same, to its end; the exit code. */
+static int train_env(proc *p, int n, const char *const *args, const char *const *env) {
+    train_start(p, n, args, env);
     return proc_wait(p, WAIT_MS);
 }
 
@@ -475,8 +482,8 @@ static void count_lines(const char *path, int *ret_steps, int *ret_epochs, doubl
     *ret_steps = *ret_epochs = 0;
     *ret_last_step = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(line);
-        ck_assert_msg(j, "not JSON: %s", line);
+        cJSON *j = cJSON_ParseWithOpts(line, NULL, true); /* one object, nothing glued after it */
+        ck_assert_msg(j, "not one JSON object: %s", line);
         const char *type = cJSON_GetObjectItem(j, "type")->valuestring;
         *ret_steps += !strcmp(type, "step");
         *ret_epochs += !strcmp(type, "epoch");
@@ -529,6 +536,187 @@ START_TEST(test_metrics_write_error) {
     const char *piped[] = {"--metrics", "/dev/stdout", "--epochs", "1", NULL};
     ck_assert_msg(train(&p, 1, piped) == 0, "%s", proc_output_tail(&p));
     assert_output(&p, "\"type\":\"epoch\"");
+    proc_close(&p);
+}
+END_TEST
+
+/* A --metrics FIFO whose reader goes away: the write fails (EPIPE, where SIGPIPE used to
+ * kill the rank without its checkpoint), said once; training goes to its end, exit 1. */
+START_TEST(test_metrics_reader_gone) {
+    char fifo[128], needle[256];
+    path_in_dir(fifo, sizeof(fifo), "metrics.fifo");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    /* the test's only: with O_CLOEXEC no child keeps the read end when it is closed */
+    int reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ck_assert_int_ge(reader, 0);
+    /* more lines than a pipe holds, none read: the worker still writes when the reader goes */
+    const char *args[] = {"--metrics", fifo, "--epochs", "60", NULL};
+    proc p;
+    train_start(&p, 1, args, NULL);
+    ck_assert_msg(proc_expect(&p, "steps an epoch", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p)); /* it opened it */
+    close(reader);
+    int code = proc_wait(&p, WAIT_MS);
+    ck_assert_msg(code == 1, "exit %d: %s", code, proc_output_tail(&p));
+    snprintf(needle, sizeof(needle), "--metrics %s: cannot write: Broken pipe; no more lines go there", fifo);
+    assert_output(&p, needle);
+    assert_output(&p, "RESULT ");
+    proc_close(&p);
+}
+END_TEST
+
+/* A --metrics FIFO that nobody reads: refused at once, naming it (the open used to wait for
+ * a reader for ever, after the job had formed, and SIGTERM could not end it). */
+START_TEST(test_metrics_fifo_without_reader) {
+    char fifo[128], needle[256];
+    path_in_dir(fifo, sizeof(fifo), "metrics.fifo");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    const char *args[] = {"--metrics", fifo, "--steps", "2", NULL};
+    proc p;
+    train_start(&p, 1, args, NULL);
+    int code = proc_wait(&p, 20000);
+    if (code != 1) { /* a worker left in open(): a reader releases it, to end as it may */
+        int fd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0)
+            close(fd);
+    }
+    ck_assert_msg(code == 1, "exit %d: %s", code, proc_output_tail(&p));
+    snprintf(needle, sizeof(needle), "--metrics %s: a FIFO with no reader", fifo);
+    assert_output(&p, needle);
+    proc_close(&p);
+}
+END_TEST
+
+/* A metrics file whose last line lost its newline (a crash in the middle of a write):
+ * --resume drops that line, saying so, instead of gluing the next one to it. */
+START_TEST(test_metrics_line_cut_short) {
+    char ckpt[128], metrics[128];
+    path_in_dir(ckpt, sizeof(ckpt), "cut.ckpt");
+    path_in_dir(metrics, sizeof(metrics), "cut.jsonl");
+    const char *first[] = {"--checkpoint", ckpt, "--metrics", metrics, "--epochs", "1", NULL};
+    proc p;
+    ck_assert_msg(train(&p, 1, first) == 0, "%s", proc_output_tail(&p));
+    proc_close(&p);
+    size_t size;
+    char *text = read_bytes(metrics, &size);
+    ck_assert(size > 0 && text[size - 1] == '\n');
+    free(text);
+    ck_assert_int_eq(truncate(metrics, (off_t)size - 1), 0); /* the epoch line, whole but for its end */
+    const char *second[] = {"--checkpoint", ckpt, "--metrics", metrics, "--epochs", "2", "--resume", NULL};
+    ck_assert_msg(train(&p, 1, second) == 0, "%s", proc_output_tail(&p));
+    assert_output(&p, "its last line has no end");
+    proc_close(&p);
+    int steps, epochs;
+    double last;
+    count_lines(metrics, &steps, &epochs, &last);
+    ck_assert_int_eq(steps, 16);
+    ck_assert_int_eq(epochs, 1); /* the second's: the first's was the line cut short */
+    ck_assert_double_eq(last, 16);
+}
+END_TEST
+
+/* A stop that lands at an epoch's last step (here every one does: 8 steps an epoch, and
+ * the ranks agree every 8) evaluates that epoch and writes its metrics line before the
+ * checkpoint: --resume starts the next epoch and would never write it. */
+START_TEST(test_stop_at_an_epoch_end) {
+    char ckpt[128], metrics[128];
+    path_in_dir(ckpt, sizeof(ckpt), "stop.ckpt");
+    path_in_dir(metrics, sizeof(metrics), "stop.jsonl");
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    const char *argv[] = {
+        DDP_WORKER_PATH, "--data", dir,         "--model", MODEL, "--batch-size", "32", "--epochs", "100000",
+        "--checkpoint",  ckpt,     "--metrics", metrics,   NULL};
+    proc w[2];
+    for (int r = 0; r < 2; r++)
+        rank_start(&w[r], &d, 2, r, "stop", argv);
+    ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[0]));
+    proc_signal(&w[0], SIGTERM);
+    for (int r = 0; r < 2; r++)
+        ck_assert_int_eq(proc_wait(&w[r], WAIT_MS), 128 + SIGTERM);
+    ck_assert_msg(proc_expect(&w[0], "stopped by a signal at step", 0, NULL, 0), "%s", proc_output_tail(&w[0]));
+    checkpoint_info info = read_info(ckpt);
+    ck_assert_uint_eq(info.step_in_epoch, 0); /* it stopped at an epoch's end */
+    int steps, epochs;
+    double last;
+    count_lines(metrics, &steps, &epochs, &last);
+    ck_assert_int_eq(epochs, (int)info.epoch);
+    ck_assert_int_eq(steps, (int)info.step);
+    for (int r = 0; r < 2; r++)
+        proc_close(&w[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* A --resume rank 0 refuses (a checkpoint of another model, other settings) exits 2 on
+ * every rank, the others saying that rank 0 refused it (not "could not read", exit 1). */
+START_TEST(test_resume_refused_on_every_rank) {
+    char ckpt[128];
+    path_in_dir(ckpt, sizeof(ckpt), "two.ckpt");
+    const char *first[] = {"--checkpoint", ckpt, "--steps", "2", NULL};
+    proc p;
+    ck_assert_msg(train(&p, 2, first) == 0, "%s", proc_output_tail(&p));
+    proc_close(&p);
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    static const struct {
+        const char *flag, *value, *job, *rank0_says;
+    } cases[] = {
+        {"--model", "64-10", "other-model", "a checkpoint of model '" MODEL "'"},
+        {"--lr", "0.5", "other-lr", "it would not continue the same run"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[] = {DDP_WORKER_PATH,
+                              "--data",
+                              dir,
+                              "--model",
+                              MODEL,
+                              "--batch-size",
+                              "32",
+                              "--steps",
+                              "4",
+                              "--checkpoint",
+                              ckpt,
+                              "--resume",
+                              cases[i].flag,
+                              cases[i].value,
+                              NULL};
+        proc w[2];
+        for (int r = 0; r < 2; r++)
+            rank_start(&w[r], &d, 2, r, cases[i].job, argv);
+        for (int r = 0; r < 2; r++) {
+            int code = proc_wait(&w[r], WAIT_MS);
+            ck_assert_msg(code == 2, "%s: rank %d: exit %d: %s", cases[i].flag, r, code, proc_output_tail(&w[r]));
+        }
+        ck_assert_msg(strstr(proc_output(&w[0]), cases[i].rank0_says), "%s", proc_output_tail(&w[0]));
+        ck_assert_msg(strstr(proc_output(&w[1]), "--resume: rank 0 refused"), "%s", proc_output_tail(&w[1]));
+        ck_assert_msg(!strstr(proc_output(&w[1]), "could not read"), "%s", proc_output_tail(&w[1]));
+        for (int r = 0; r < 2; r++)
+            proc_close(&w[r]);
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* A checkpoint 5 steps into an epoch of 8, resumed on data with 4 steps an epoch: refused
+ * (exit 2) with the file and both figures, not an empty epoch of loss nan. */
+START_TEST(test_resume_past_the_epoch) {
+    char ckpt[128], half[128], needle[300];
+    path_in_dir(ckpt, sizeof(ckpt), "past.ckpt");
+    path_in_dir(half, sizeof(half), "half-data");
+    ck_assert_int_eq(mkdir(half, 0755), 0);
+    idx_write_split(half, "train", 128, 8, 1);
+    idx_write_split(half, "t10k", 64, 8, 2);
+    const char *first[] = {"--checkpoint", ckpt, "--steps", "5", NULL};
+    proc p;
+    ck_assert_msg(train(&p, 1, first) == 0, "%s", proc_output_tail(&p));
+    proc_close(&p);
+    ck_assert_uint_eq(read_info(ckpt).step_in_epoch, 5);
+    const char *smaller[] = {"--data", half, "--checkpoint", ckpt, "--resume", "--steps", "8", NULL};
+    int code = train(&p, 1, smaller);
+    ck_assert_msg(code == 2, "exit %d: %s", code, proc_output_tail(&p));
+    snprintf(needle, sizeof(needle), "--resume: %s stopped 5 steps into an epoch, but an epoch here has 4 steps", ckpt);
+    assert_output(&p, needle);
+    ck_assert_msg(!strstr(proc_output(&p), "nan"), "%s", proc_output_tail(&p));
     proc_close(&p);
 }
 END_TEST
@@ -668,6 +856,7 @@ int main(int argc, char **argv) {
     TCase *signals = add_case(s, tcase_create("signals"));
     tcase_add_test(signals, test_sighup_keeps_the_checkpoint);
     tcase_add_test(signals, test_interrupted_while_forming);
+    tcase_add_test(signals, test_stop_at_an_epoch_end);
     TCase *exits = add_case(s, tcase_create("exits"));
     tcase_add_test(exits, test_usage_exit_codes);
     tcase_add_test(exits, test_metrics_write_error);
@@ -676,6 +865,12 @@ int main(int argc, char **argv) {
     tcase_add_test(resume, test_metrics_across_resume);
     tcase_add_test(resume, test_resume_edges);
     tcase_add_test(resume, test_checkpoint_keep);
+    tcase_add_test(resume, test_resume_refused_on_every_rank);
+    tcase_add_test(resume, test_resume_past_the_epoch);
+    TCase *metrics = add_case(s, tcase_create("metrics"));
+    tcase_add_test(metrics, test_metrics_reader_gone);
+    tcase_add_test(metrics, test_metrics_fifo_without_reader);
+    tcase_add_test(metrics, test_metrics_line_cut_short);
     TCase *coordinator = add_case(s, tcase_create("coordinator"));
     tcase_add_test(coordinator, test_coordinator_restart_and_loss);
     tcase_add_test(coordinator, test_ps_through_ddpd_restart);

@@ -175,6 +175,11 @@ static const struct {
     {{NULL}, "[other]\nratio = 0.1\n", {NULL}, ":2: unknown section [other]"},
     {{NULL}, "config = /etc/x\n", {NULL}, ":1: unknown key 'config'"},
     {{NULL}, "this is not ini\n", {NULL}, ":1: syntax error"},
+    /* a key given twice, however spelt or wherever; an indented line is inih's continuation of
+     * the key above it, which arrives as that key again */
+    {{NULL}, "ratio = 0.5\nratio = 0.25\n", {NULL}, ":2: ratio: set a second time"},
+    {{NULL}, "heartbeat_ms = 100\n[testd]\nheartbeat-ms = 200\n", {NULL}, ":3: heartbeat-ms: set a second time"},
+    {{NULL}, "level = info\n  error\n", {NULL}, ":2: level: set a second time"},
     {{NULL}, NULL, {"TESTD_HEARTBEAT_MS", "1"}, "environment TESTD_HEARTBEAT_MS: 1 is out of range"},
     {{NULL}, NULL, {"TESTD_BOGUS", "1"}, "environment: unknown variable TESTD_BOGUS"},
     {{"--config", "/nonexistent/testd.conf"}, NULL, {NULL}, "/nonexistent/testd.conf: cannot open config file"},

@@ -28,7 +28,8 @@ typedef struct {
  * its directory's sync failed: it may not survive a power loss) or the old one stays. */
 int checkpoint_write(const char *path, const checkpoint_info *info, const float *params, const float *velocity,
                      bool *ret_replaced, char *err, size_t err_size);
-/* Reads a checkpoint whose model and size must match expect->model and expect->n_params.
- * Refuses a corrupt file (bad magic, size, checksum) with a message naming it. */
+/* Reads a checkpoint whose model and size must match expect->model and expect->n_params
+ * (-EINVAL when they do not). Refuses a corrupt file (bad magic, size, checksum: -EBADMSG)
+ * with a message naming it. */
 int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_info *ret_info, float *params,
                     float *velocity, char *err, size_t err_size);

@@ -71,6 +71,9 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    /* A reader that went away (a --metrics FIFO, `| head`) fails the write with EPIPE,
+     * which the metrics say once, rather than killing the rank without its checkpoint. */
+    signal(SIGPIPE, SIG_IGN);
     trainer t;
     r = trainer_open(&t, &o);
     if (r == 0)

@@ -1,6 +1,7 @@
 /* --metrics: JSON lines, one per step and one per epoch, for ddp-compare and people. */
 #include <cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/limits.h"
 #include "worker/trainer/trainer.h"
 
 /* The step a metrics line was written at, or UINT64_MAX for a line that is not one. */
@@ -34,6 +36,11 @@ static int metrics_keep_history(trainer *t) {
     size_t cap = 0;
     ssize_t n;
     while (r == 0 && (n = getline(&line, &cap, in)) > 0) {
+        if (line[n - 1] != '\n') { /* the last, cut short by a crash: what follows would be glued to it */
+            fprintf(stderr, "ddp-worker: rank %d: --metrics %s: its last line has no end (%zd bytes): dropped\n",
+                    t->rank, t->metrics_path, n);
+            continue;
+        }
         if (line_step(line) > t->step)
             continue; /* written after the checkpoint: that work is lost */
         for (ssize_t done = 0; r == 0 && done < n;) {
@@ -58,6 +65,27 @@ static int metrics_keep_history(trainer *t) {
     return r < 0 ? trainer_fail(t, r, "%s", err) : 0;
 }
 
+/* Every --metrics fits metrics_path with %r expanded (2 bytes for at most 4 digits), so
+ * that the loop below never cuts a name short: the option's own limit ensures it. */
+_Static_assert(DDP_MAX_WORLD_SIZE <= 10000 && 2 * DDP_MAX_CONFIG_STRING + 12 < sizeof(((trainer *)0)->metrics_path),
+               "--metrics with %r expanded may not fit metrics_path");
+
+/* Opens path for writing without blocking on a FIFO that has no reader (ENXIO at once),
+ * then blocking again, as a slow reader must slow us rather than fail the write. */
+static FILE *metrics_fopen(const char *path, bool append) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd < 0)
+        return NULL;
+    int flags = fcntl(fd, F_GETFL);
+    FILE *f = flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 ? fdopen(fd, append ? "a" : "w") : NULL;
+    if (!f) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
 int metrics_open(trainer *t) {
     const char *pattern = t->opts->metrics;
     if (!pattern)
@@ -78,8 +106,11 @@ int metrics_open(trainer *t) {
     if (t->opts->resume && regular)
         TRY(metrics_keep_history(t));
     /* A fresh run starts the file; a resumed one, or a pipe or device, is written on. */
-    if (!(t->metrics = fopen(path, t->opts->resume || (exists && !regular) ? "a" : "w")))
+    if (!(t->metrics = metrics_fopen(path, t->opts->resume || (exists && !regular)))) {
+        if (errno == ENXIO && exists && S_ISFIFO(st.st_mode))
+            return trainer_fail(t, -ENXIO, "--metrics %s: a FIFO with no reader (start its reader first)", path);
         return trainer_fail(t, -errno, "--metrics: cannot write %s: %s", path, strerror(errno));
+    }
     return 0;
 }
 

@@ -94,11 +94,14 @@ int resume_saved(trainer *t) {
     return 0;
 }
 
+/* What rank 0 found, for every rank to act on alike (and exit with rank 0's code). */
+enum resume_state { RESUME_READ, RESUME_FAILED, RESUME_NOTHING, RESUME_REFUSED };
+
 int resume_load(trainer *t) {
     model *m = &t->m;
     const model_spec *s = &m->spec;
     /* Rank 0 reads; everyone gets the same state, as a checkpoint may live on one host only. */
-    uint64_t state[4] = {0}; /* 0 resumed, 1 failed, 2 nothing to resume; step, epoch, position */
+    uint64_t state[4] = {0}; /* a resume_state; step, epoch, position */
     int r = 0;
     /* Read into host memory: the tensors' own on the CPU, the staging buffers on a GPU. */
     bool with_velocity = m->stages[0].velocity != NULL;
@@ -113,8 +116,10 @@ int resume_load(trainer *t) {
             printf("ddp-worker: no checkpoint at %s yet: starting from the beginning\n", t->opts->checkpoint);
             info = (checkpoint_info){0};
             r = 0;
-            state[0] = 2;
-        } else if (r < 0)
+            state[0] = RESUME_NOTHING;
+        } else if (r == -EINVAL) /* of another model or size: the flags ask what this file is not */
+            r = trainer_refuse(t, r, "--resume: %s", err);
+        else if (r < 0)
             snprintf(t->error, sizeof(t->error), "--resume: %s", err);
         else if (info.world_size != (uint32_t)t->world && t->smp.kind == SAMPLER_PARTITION)
             r = trainer_refuse(t, -EINVAL,
@@ -134,7 +139,14 @@ int resume_load(trainer *t) {
                                "--lr %g --momentum %g: it would not continue the same run",
                                t->opts->checkpoint, info.sampler, info.lr, info.momentum, t->opts->sampler, t->opts->lr,
                                t->opts->momentum);
-        state[0] = r < 0 ? 1 : state[0];
+        else if (info.step_in_epoch >= sampler_steps_per_epoch(&t->smp)) /* else an empty epoch, loss nan */
+            r = trainer_refuse(
+                t, -EINVAL,
+                "--resume: %s stopped %llu steps into an epoch, but an epoch here has %zu steps: the data "
+                "differ from that run's",
+                t->opts->checkpoint, (unsigned long long)info.step_in_epoch, sampler_steps_per_epoch(&t->smp));
+        if (r < 0)
+            state[0] = t->usage_error ? RESUME_REFUSED : RESUME_FAILED;
         state[1] = info.step;
         state[2] = info.epoch;
         state[3] = info.step_in_epoch;
@@ -142,9 +154,18 @@ int resume_load(trainer *t) {
     int e = ddp_broadcast(t->g, state, 4, DDP_I64, 0);
     if (e < 0)
         return trainer_fail(t, e, "--resume: %s", ddp_last_error(t->g));
-    if (state[0] == 1) /* rank 0 could not read it: every rank stops with the reason */
-        return r < 0 ? r : trainer_fail(t, -EINVAL, "--resume: rank 0 could not read %s", t->opts->checkpoint);
-    if (state[0] == 2) /* none yet: every rank starts from its (equal) initial parameters */
+    if (state[0] == RESUME_FAILED || state[0] == RESUME_REFUSED) {
+        /* Every rank stops, the others naming rank 0 and with its exit code. Not before all
+         * have the state: rank 0's abort, next, must not overtake it (the barrier's own
+         * result does not matter: the job ends here). */
+        (void)ddp_barrier(t->g);
+        if (r < 0)
+            return r;
+        if (state[0] == RESUME_REFUSED)
+            return trainer_refuse(t, -EINVAL, "--resume: rank 0 refused %s (see its error)", t->opts->checkpoint);
+        return trainer_fail(t, -EIO, "--resume: rank 0 could not read %s (see its error)", t->opts->checkpoint);
+    }
+    if (state[0] == RESUME_NOTHING) /* none yet: every rank starts from its (equal) initial parameters */
         return 0;
     /* Only rank 0 holds a velocity where only it steps (dp). */
     if ((e = ddp_broadcast(t->g, params, s->n_params, DDP_F32, 0)) < 0 ||

@@ -218,6 +218,19 @@ int trainer_open(trainer *t, const worker_options *o) {
 
 /* ---- the loop ------------------------------------------------------------------------ */
 
+/* The ranks agreed to stop and the checkpoint of this step is written (or failed: then
+ * the run's error). */
+static int trainer_stopped(trainer *t) {
+    TRY(resume_saved(t));
+    if (t->rank == 0 && t->stopped_by == TRAINER_STOP_COORDINATOR)
+        printf("ddp-worker: stopped at step %llu, its coordinator gone%s\n", (unsigned long long)t->step,
+               t->opts->checkpoint ? "; checkpoint written" : "");
+    else if (t->rank == 0)
+        printf("ddp-worker: stopped by a signal at step %llu%s\n", (unsigned long long)t->step,
+               t->opts->checkpoint ? "; checkpoint written" : "");
+    return 0;
+}
+
 /* Rank 0's progress bar, on a terminal. */
 static void progress(const trainer *t, size_t step, size_t steps, double loss) {
     if (t->rank != 0 || !isatty(STDOUT_FILENO))
@@ -246,7 +259,8 @@ int trainer_run(trainer *t) {
                t->mode->name, t->m.spec.name, t->m.spec.n_params, t->world, trainer_transport(t), t->global_batch,
                t->local_batch, steps_per_epoch, kernels);
     }
-    while (t->epoch < epochs && t->step < max_steps) {
+    bool stopping = false; /* asked to stop at an epoch's last step: it ends as any epoch, then the run */
+    while (t->epoch < epochs && t->step < max_steps && !stopping) {
         sampler_set_epoch(&t->smp, t->epoch);
         double t0 = sync_now(), loss_sum = 0;
         size_t n_steps = 0;
@@ -276,19 +290,15 @@ int trainer_run(trainer *t) {
             if (stop) { /* asked to stop: keep the place, so --resume continues from it */
                 t->step_in_epoch++;
                 if (t->step_in_epoch >= steps_per_epoch) {
-                    t->epoch++;
-                    t->step_in_epoch = 0;
+                    /* The epoch's last step: its evaluation and its line come first, as
+                     * --resume starts the next epoch and would never write them. */
+                    stopping = true;
+                    break;
                 }
                 metrics_sync(t);
-                if ((r = resume_save(t)) < 0 || (r = resume_saved(t)) < 0)
+                if ((r = resume_save(t)) < 0)
                     return r;
-                if (t->rank == 0 && t->stopped_by == TRAINER_STOP_COORDINATOR)
-                    printf("ddp-worker: stopped at step %llu, its coordinator gone%s\n", (unsigned long long)t->step,
-                           t->opts->checkpoint ? "; checkpoint written" : "");
-                else if (t->rank == 0)
-                    printf("ddp-worker: stopped by a signal at step %llu%s\n", (unsigned long long)t->step,
-                           t->opts->checkpoint ? "; checkpoint written" : "");
-                return 0;
+                return trainer_stopped(t);
             }
         }
         double train_s = sync_now() - t0;
@@ -331,6 +341,8 @@ int trainer_run(trainer *t) {
         if ((r = resume_save(t)) < 0)
             return r;
     }
+    if (stopping)
+        return trainer_stopped(t);
     if ((r = resume_saved(t)) < 0)
         return r;
     if (isnan(last_accuracy)) { /* resumed where the run had ended: say so, and how good it is */

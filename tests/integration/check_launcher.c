@@ -145,6 +145,74 @@ START_TEST(test_first_failure_stops_the_rest) {
 }
 END_TEST
 
+/* Whether pid has exited (a zombie not yet reaped, or gone). */
+static bool process_ended(int pid) {
+    return !process_runs(pid);
+}
+
+/* Two ranks end while ddp-run is held (SIGSTOP), so that it reaps both in one round: rank
+ * 0 fails with code 1, rank 1 is killed by a signal (a crash, whose peers fail after it).
+ * Both are said, and ddp-run's code is the signal's, not the code of the rank it reaped
+ * first (that one was said only with -v). */
+START_TEST(test_crash_reaped_with_another) {
+    char dir[] = "/tmp/ddp-run-crash-XXXXXX", env_dir[64], path[96];
+    scratch_dir(dir, env_dir, sizeof(env_dir), NULL, 0);
+    const char *script = "echo $$ > \"$DIR/pid.$RANK\"; while [ ! -e \"$DIR/go\" ]; do sleep 0.01; done; "
+                         "if [ \"$RANK\" = 1 ]; then kill -USR1 $$; sleep 5; fi; exit 1";
+    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--", "sh", "-c", script, NULL};
+    const char *env[] = {env_dir, NULL};
+    proc p;
+    proc_start(&p, argv, env);
+    int pids[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof(path), "%s/pid.%d", dir, r);
+        pids[r] = read_number_file(path);
+    }
+    proc_signal(&p, SIGSTOP);
+    snprintf(path, sizeof(path), "%s/go", dir);
+    FILE *go = fopen(path, "w");
+    ck_assert_ptr_nonnull(go);
+    fclose(go);
+    for (int i = 0; i < WAIT_MS / 10 && !(process_ended(pids[0]) && process_ended(pids[1])); i++)
+        usleep(10000);
+    proc_signal(&p, SIGCONT);
+    int code = proc_wait(&p, WAIT_MS);
+    ck_assert_msg(code == 128 + SIGUSR1, "ddp-run exited %d:\n%s", code, proc_output_tail(&p));
+    char said[96];
+    snprintf(said, sizeof(said), "rank 1 (pid %d) was killed by signal %d", pids[1], SIGUSR1);
+    assert_output_has(&p, said);
+    snprintf(said, sizeof(said), "rank 0 (pid %d) exited with code 1", pids[0]);
+    assert_output_has(&p, said);
+    proc_close(&p);
+}
+END_TEST
+
+/* After a rank failed, the others are stopping (SIGTERM, a long grace period): the user's
+ * first Ctrl-C reaches them too, within that grace, rather than killing them at once (it
+ * was taken as the second signal); rank 0 finishes what its handler does. */
+START_TEST(test_first_signal_after_a_failure) {
+    char dir[] = "/tmp/ddp-run-grace-XXXXXX", env_dir[64], path[96];
+    scratch_dir(dir, env_dir, sizeof(env_dir), NULL, 0);
+    const char *script = "if [ \"$RANK\" = 1 ]; then while [ ! -e \"$DIR/ready\" ]; do sleep 0.01; done; exit 1; fi; "
+                         "trap 'sleep 1; touch \"$DIR/saved\"; exit 0' TERM INT; touch \"$DIR/ready\"; "
+                         "while :; do sleep 0.05; done";
+    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--grace-ms", "15000", "--", "sh", "-c", script, NULL};
+    const char *env[] = {env_dir, NULL};
+    proc p;
+    proc_start(&p, argv, env);
+    ck_assert_msg(proc_expect(&p, "exited with code 1; stopping the other ranks", WAIT_MS, NULL, 0), "%s",
+                  proc_output_tail(&p));
+    proc_signal(&p, SIGINT);
+    int code = proc_wait(&p, WAIT_MS);
+    ck_assert_msg(code == 1, "ddp-run exited %d:\n%s", code, proc_output_tail(&p));
+    assert_output_has(&p, "received SIGINT while the ranks stop after a failure; forwarding it");
+    ck_assert_msg(!strstr(proc_output(&p), "killing the ranks now"), "%s", proc_output_tail(&p));
+    snprintf(path, sizeof(path), "%s/saved", dir);
+    ck_assert_msg(access(path, F_OK) == 0, "rank 0's handler did not finish:\n%s", proc_output_tail(&p));
+    proc_close(&p);
+}
+END_TEST
+
 START_TEST(test_signal_forwarded) {
     static const int signals[] = {SIGTERM, SIGINT};
     static const int codes[] = {143, 130};
@@ -516,7 +584,8 @@ START_TEST(test_stop_signal_not_restarted) {
     proc_signal(&p, SIGINT);
     int code = proc_wait(&p, WAIT_MS);
     ck_assert_msg(code == 1, "ddp-run exited %d, not 1 (the failed rank's):\n%s", code, proc_output_tail(&p));
-    assert_output_has(&p, "received SIGINT again; killing the ranks now");
+    /* the first signal after the failure goes to rank 0 (which takes SIGINT) */
+    assert_output_has(&p, "received SIGINT while the ranks stop after a failure; forwarding it");
     ck_assert_msg(!strstr(proc_output(&p), "starting it again"), "%s", proc_output_tail(&p));
     proc_close(&p);
     unlink(marker);
@@ -678,6 +747,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_stop_during_final_output);
     tcase_add_test(tc, test_many_ranks);
     tcase_add_test(tc, test_first_failure_stops_the_rest);
+    tcase_add_test(tc, test_crash_reaped_with_another);
+    tcase_add_test(tc, test_first_signal_after_a_failure);
     tcase_add_loop_test(tc, test_signal_forwarded, 0, 2);
     tcase_add_test(tc, test_sigkill_after_grace);
     tcase_add_test(tc, test_crowd_is_not_dead);

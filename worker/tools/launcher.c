@@ -75,7 +75,7 @@ static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 #define N_HANDLED (sizeof(handled_signals) / sizeof(handled_signals[0]))
 
 static int signal_pipe[2] = {-1, -1};
-static volatile sig_atomic_t signal_seen[N_HANDLED];
+static volatile sig_atomic_t signal_seen[N_HANDLED]; /* how many came: a second Ctrl-C is not the first */
 /* Ignored when we started (nohup, a script's background job): left ignored, for us and for
  * the ranks, as a shell would. */
 static bool signal_ignored[N_HANDLED];
@@ -83,8 +83,8 @@ static bool signal_ignored[N_HANDLED];
 static void launcher_on_signal(int sig) {
     int saved_errno = errno;
     for (size_t i = 0; i < N_HANDLED; i++)
-        if (handled_signals[i] == sig)
-            signal_seen[i] = 1;
+        if (handled_signals[i] == sig && signal_seen[i] < 2) /* the handler does not nest for one signal */
+            signal_seen[i]++;
     /* Only a wakeup: if the pipe is full, one is already pending. */
     ssize_t w = write(signal_pipe[1], "s", 1);
     (void)w;
@@ -127,9 +127,10 @@ static void signals_restore(const saved_signals *saved) {
     }
 }
 
-/* Empties the self-pipe and returns which signals arrived since the last call: taken with
- * the signals held, so that one arriving between the read and the clear is not lost. */
-static void signals_take(bool seen[N_HANDLED]) {
+/* Empties the self-pipe and returns how many of each signal arrived since the last call
+ * (up to 2): taken with the signals held, so that one arriving between the read and the
+ * clear is not lost. */
+static void signals_take(int seen[N_HANDLED]) {
     char drain[64];
     while (read(signal_pipe[0], drain, sizeof(drain)) > 0)
         ;
@@ -291,7 +292,9 @@ static bool group_alive(pid_t pgid) {
     return kill(-pgid, 0) == 0;
 }
 
-static void launcher_rank_exited(launcher *l, child *c, int status) {
+/* A rank's exit. job_ran: nothing was stopping the ranks when this round of reaping began,
+ * so a failure is news even if another rank's, reaped just before, started the stop. */
+static void launcher_rank_exited(launcher *l, child *c, int status, bool job_ran, bool cause_known) {
     for (int i = 0; i < c->n_streams; i++)
         line_stream_drain(&c->streams[i]);
     c->running = false;
@@ -302,9 +305,15 @@ static void launcher_rank_exited(launcher *l, child *c, int status) {
     l->n_running--;
     char how[64];
     describe_exit(status, how, sizeof(how));
-    if (c->code != 0 && !l->stopping) {
-        log_error("%s (pid %d) %s%s", c->label, (int)c->pid, how, l->n_running > 0 ? "; stopping the other ranks" : "");
-        launcher_set_cause(l, c->code);
+    if (c->code != 0 && job_ran) {
+        log_error("%s (pid %d) %s%s", c->label, (int)c->pid, how,
+                  l->n_running > 0 && !l->stopping ? "; stopping the other ranks" : "");
+        /* Of ranks that ended together, one killed by a signal (a crash) is the likelier
+         * cause of the others' failure (a peer gone): its code is ddp-run's. */
+        if (!cause_known && (!l->cause_set || (c->code > 128 && l->exit_code <= 128))) {
+            l->cause_set = false;
+            launcher_set_cause(l, c->code);
+        }
         launcher_stop_ranks(l, SIGTERM);
     } else {
         log_info("%s (pid %d) %s", c->label, (int)c->pid, how);
@@ -337,16 +346,18 @@ static void launcher_ddpd_exited(launcher *l, int status) {
  * embedding the launcher keeps its own children. */
 static void launcher_reap(launcher *l) {
     int status;
+    bool job_ran = !l->stopping, cause_known = l->cause_set;
     for (int i = 0; i < l->n_started; i++) {
         child *c = &l->ranks[i];
         if (c->running && waitpid(c->pid, &status, WNOHANG) == c->pid)
-            launcher_rank_exited(l, c, status);
+            launcher_rank_exited(l, c, status, job_ran, cause_known);
     }
     if (l->have_ddpd && l->ddpd.running && waitpid(l->ddpd.pid, &status, WNOHANG) == l->ddpd.pid)
         launcher_ddpd_exited(l, status);
 }
 
 static void launcher_on_stop_signal(launcher *l, int sig) {
+    bool first = !l->told_to_stop;
     if (!l->told_to_stop) /* whatever else ended the job: a stopped job is not started again */
         l->told_to_stop = sig;
     if (l->n_started > 0 && l->n_running == 0) /* the ranks are done: the exit code says it, unless theirs did */
@@ -359,6 +370,14 @@ static void launcher_on_stop_signal(launcher *l, int sig) {
                  l->n_running == 1 ? "" : "s");
         launcher_set_cause(l, 128 + sig);
         launcher_stop_ranks(l, sig);
+    } else if (l->n_running > 0 && !l->killed && first) {
+        /* the ranks are stopping after a rank failed: the user's first signal is theirs too,
+         * within the same grace period; a second one kills them */
+        log_warn("received %s while the ranks stop after a failure; forwarding it (again: kill them)",
+                 signal_name(sig));
+        for (int i = 0; i < l->n_started; i++)
+            if (l->ranks[i].running)
+                child_signal(&l->ranks[i], sig);
     } else if (l->n_running > 0 && !l->killed) {
         log_warn("received %s again; killing the ranks now", signal_name(sig));
         launcher_kill_ranks(l);
@@ -411,11 +430,11 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
             if (pfds[i].revents && owners[i])
                 line_stream_read(owners[i]);
         if (pfds[0].revents) {
-            bool seen[N_HANDLED];
+            int seen[N_HANDLED];
             signals_take(seen);
             check_children = seen[0];
             for (size_t i = 1; i < N_HANDLED; i++)
-                if (seen[i])
+                for (int k = 0; k < seen[i]; k++)
                     launcher_on_stop_signal(l, handled_signals[i]);
         }
     }
@@ -625,7 +644,7 @@ static void launcher_end_leftovers(launcher *l) {
 
 /* A stop signal that came once the ranks were gone: no restart after it (ddp-run's
  * --max-restarts, ddp-compare's next mode), and the exit code says it unless a rank's did. */
-static void launcher_note_stop(launcher *l, const bool seen[N_HANDLED]) {
+static void launcher_note_stop(launcher *l, const int seen[N_HANDLED]) {
     for (size_t i = 1; i < N_HANDLED; i++) /* [0] is SIGCHLD */
         if (seen[i] && !l->told_to_stop) {
             l->told_to_stop = handled_signals[i];
@@ -635,7 +654,7 @@ static void launcher_note_stop(launcher *l, const bool seen[N_HANDLED]) {
 
 /* The rest of our output, as long as our reader takes it; a stop signal drops it. */
 static void launcher_flush_output(launcher *l) {
-    bool seen[N_HANDLED];
+    int seen[N_HANDLED];
     while (!out_queue_flush(&l->out, signal_pipe[0])) {
         signals_take(seen);
         launcher_note_stop(l, seen);

@@ -18,7 +18,8 @@ struct ddp_request {
     coll_args args;
     int result;
     bool done;
-    struct ddp_request *next;
+    struct ddp_request *next;     /* in the queue */
+    struct ddp_request *unwaited; /* in the group's list of those not waited for yet */
 };
 
 /* ---- running one call ------------------------------------------------------------- */
@@ -108,14 +109,19 @@ void coll_drain(ddp_group *g) {
 }
 
 void coll_shutdown(ddp_group *g) {
-    if (!g->comm_thread_started)
-        return;
-    pthread_mutex_lock(&g->queue_lock);
-    g->stopping = true;
-    pthread_cond_broadcast(&g->queue_changed);
-    pthread_mutex_unlock(&g->queue_lock);
-    pthread_join(g->comm_thread, NULL);
-    g->comm_thread_started = false;
+    if (g->comm_thread_started) {
+        pthread_mutex_lock(&g->queue_lock);
+        g->stopping = true;
+        pthread_cond_broadcast(&g->queue_changed);
+        pthread_mutex_unlock(&g->queue_lock);
+        pthread_join(g->comm_thread, NULL);
+        g->comm_thread_started = false;
+    }
+    while (g->unwaited) { /* run (or refused) already: a ddp_wait after ddp_finalize is as void as its group */
+        ddp_request *req = g->unwaited;
+        g->unwaited = req->unwaited;
+        free(req);
+    }
 }
 
 /* ---- checking and numbering ------------------------------------------------------- */
@@ -283,6 +289,10 @@ DDP_EXPORT int ddp_all_reduce_async(ddp_group *g, void *buf, size_t count, ddp_d
         return group_fail(g, -ENOMEM, "all_reduce_async: out of memory");
     a.call.seq = ++g->coll_seq;
     *req = (ddp_request){.g = g, .args = a};
+    pthread_mutex_lock(&g->queue_lock);
+    req->unwaited = g->unwaited;
+    g->unwaited = req;
+    pthread_mutex_unlock(&g->queue_lock);
     if (count == 0 || g->world_size == 1) {
         req->done = true;
         *ret_req = req;
@@ -291,7 +301,7 @@ DDP_EXPORT int ddp_all_reduce_async(ddp_group *g, void *buf, size_t count, ddp_d
     if (!g->comm_thread_started) {
         int r = -pthread_create(&g->comm_thread, NULL, comm_thread_main, g);
         if (r < 0) {
-            free(req);
+            req->done = true; /* freed with the group's other unwaited requests */
             return group_fail(g, r, "cannot start the communication thread: %s", error_string(r));
         }
         g->comm_thread_started = true;
@@ -357,6 +367,11 @@ DDP_EXPORT int ddp_wait(ddp_request *req) {
     pthread_mutex_lock(&g->queue_lock);
     while (!req->done)
         pthread_cond_wait(&g->queue_changed, &g->queue_lock);
+    for (ddp_request **q = &g->unwaited; *q; q = &(*q)->unwaited)
+        if (*q == req) {
+            *q = req->unwaited;
+            break;
+        }
     pthread_mutex_unlock(&g->queue_lock);
     int r = req->result;
     free(req);

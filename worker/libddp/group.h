@@ -56,7 +56,8 @@ struct ddp_group {
     pthread_mutex_t queue_lock;
     pthread_cond_t queue_changed;
     struct ddp_request *queue_head, *queue_tail;
-    bool comm_busy; /* a request is running on it */
+    struct ddp_request *unwaited; /* every request ddp_wait has not freed yet: ddp_finalize frees them */
+    bool comm_busy;               /* a request is running on it */
     bool stopping;
 
     /* The store keys this rank set, with their values: what it brings back to a ddpd that
@@ -105,5 +106,6 @@ int group_request(ddp_group *g, Ddp__Envelope *env, Ddp__MsgType reply_type, int
 void coll_drain(ddp_group *g);
 /* ddp_barrier through the group's own collectives (shared memory), numbered as they are. */
 int coll_barrier(ddp_group *g);
-/* Stops the communication thread once its queue is empty. */
+/* Stops the communication thread once its queue is empty, and frees the requests nobody
+ * waited for. */
 void coll_shutdown(ddp_group *g);

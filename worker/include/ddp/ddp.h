@@ -115,7 +115,8 @@ int ddp_reduce_scatter(ddp_group *g, const void *send, void *recv, size_t count,
 /* Starts an all-reduce on the group's communication thread and returns at once; buf must
  * stay untouched until ddp_wait(). Calls on the group after it run after it, in order. */
 int ddp_all_reduce_async(ddp_group *g, void *buf, size_t count, ddp_dtype t, ddp_op op, ddp_request **ret_req);
-/* Completes the request, frees it and returns its result. */
+/* Completes the request, frees it and returns its result: wait for each request once (as
+ * free()). ddp_finalize runs the requests still queued and frees those never waited for. */
 int ddp_wait(ddp_request *req);
 
 /* Memory for buffers the collectives read in place, as MPI_Alloc_mem: where the job's

@@ -398,8 +398,9 @@ static void server_answer_waiters(server *s, job *j, store_waiter *ready);
 static int server_store_put(server *s, job *j, const char *key, const uint8_t *value, size_t len, char *why,
                             size_t why_size) {
     user_usage use = server_usage(s, j->owner);
-    double adding = (double)(strlen(key) + len) / (1 << 20);
-    if (use.store_mb + adding > s->opts.user_store_mb) {
+    const store_entry *old = store_get(&j->store, key); /* replaced: only the difference is new */
+    double adding = ((double)(strlen(key) + len) - (old ? (double)(strlen(old->key) + old->size) : 0)) / (1 << 20);
+    if (adding > 0 && use.store_mb + adding > s->opts.user_store_mb) {
         char holder[96];
         server_quota_holder(j->owner, holder, sizeof(holder));
         snprintf(why, why_size,
@@ -408,7 +409,7 @@ static int server_store_put(server *s, job *j, const char *key, const uint8_t *v
                  key, j->name, holder, use.store_mb, s->opts.user_store_mb);
         return -EDQUOT;
     }
-    bool fresh = !store_get(&j->store, key); /* only a new key completes waits */
+    bool fresh = !old; /* only a new key completes waits */
     int r = store_set(&j->store, key, value, len);
     if (r < 0) {
         snprintf(why, why_size, "store-set '%.64s' in job '%s': %s (limits: %u keys, %u bytes)", key, j->name,

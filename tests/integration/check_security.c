@@ -303,6 +303,15 @@ START_TEST(test_quotas) {
     member_start(&over, &d, 2, 1, "pair", NULL);
     refused_by_quota(&d, &over, &hold, "(ddpd --user-members 1)");
 
+    /* store bytes: a key set again counts once (the second set of 600 KB within 1 MB) */
+    start_ddpd(&d, "--user-store-mb", "1");
+    const char *twice[] = {"--overwrite", "600000", NULL};
+    member_start(&hold, &d, 1, 0, "overwrite", twice);
+    ck_assert_msg(proc_expect(&hold, "overwrite ok", WAIT_MS, NULL, 0), "%s", proc_output_tail(&hold));
+    ck_assert_int_eq(proc_wait(&hold, WAIT_MS), 0);
+    proc_close(&hold);
+    stop_ddpd(&d);
+
     /* store bytes, and pending waits: rank 0's set is refused, and of two waits one */
     const char *store_args[] = {"/usr/bin/env", "DDP_TIMEOUT_MS=1500", MEMBER_PATH, "--store", "1", NULL};
     static const struct {

@@ -20,6 +20,8 @@
  * connections and F frames: LAST"), so a test can try to slip its own frame in first.
  * --keep-key 1: rank 0 sets "kept" once the job forms; after the barriers every rank gets it
  * ("kept: 'V'"), so a test can restart ddpd in between and see the store come back.
+ * --overwrite N: rank 0 sets "big" to N bytes, then again to N others ("overwrite ok", or
+ *   "store_set K failed: CODE: LAST_ERROR"): a user's store quota counts the key once.
  * --abort-after-end PATH: once the job has ended ("job ended: LAST_ERROR"), waits for PATH
  *   (at most 30 s), then calls ddp_abort ("late abort: CODE"): a rank of a job that ended,
  *   giving up late, while a relaunch of the same name forms.
@@ -42,6 +44,7 @@ int main(int argc, char **argv) {
     int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0, recv_late_ms = 0,
         keep_key = 0, ps = 0, ps_holders = 1;
     const char *ps_hold = NULL, *abort_after_end = NULL;
+    long overwrite = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
             barriers = atoi(argv[i + 1]);
@@ -67,6 +70,8 @@ int main(int argc, char **argv) {
             ps_hold = argv[i + 1];
         else if (strcmp(argv[i], "--ps-holders") == 0)
             ps_holders = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--overwrite") == 0)
+            overwrite = atol(argv[i + 1]);
         else if (strcmp(argv[i], "--abort-after-end") == 0)
             abort_after_end = argv[i + 1];
     }
@@ -102,6 +107,17 @@ int main(int argc, char **argv) {
         else
             printf("received %d from rank 0\nrefused %llu connections and %llu frames: %s\n", value,
                    refused.connections, refused.frames, refused.last_connection);
+    }
+    if (overwrite > 0 && ddp_rank(g) == 0) {
+        char *value = malloc((size_t)overwrite);
+        for (int k = 0; value && k < 2 && r == 0; k++) {
+            memset(value, 'a' + k, (size_t)overwrite);
+            if ((r = ddp_store_set(g, "big", value, (size_t)overwrite)) < 0)
+                printf("store_set %d failed: %d: %s\n", k, r, ddp_last_error(g));
+        }
+        if (r == 0)
+            printf("overwrite ok\n");
+        free(value);
     }
     if (abort_after_end) {
         for (int i = 0; i < 3000 && ddp_job_status(g) == 0; i++)

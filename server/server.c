@@ -95,6 +95,7 @@ static void server_send_heartbeats(server *s, const job *j, const job_member *on
     body.liveness = (uint32_t)s->opts.liveness;
     /* for members on this host (a Unix socket, loopback TCP), who can see it in /proc */
     body.coordinator_pid = (uint32_t)getpid();
+    body.instance = s->instance;
     body.stall_timeout_ms = (uint32_t)s->opts.stall_timeout * 1000u;
     uint32_t left[DDP_MAX_WORLD_SIZE];
     for (size_t i = 0; j->state == JOB_RUNNING && i < j->n_members; i++)
@@ -1345,6 +1346,18 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
 
 void server_tick(server *s) {
     uint64_t now = clock_now_ms();
+    if (s->last_tick_ms && now - s->last_tick_ms > (uint64_t)s->opts.heartbeat_ms) {
+        /* ddpd did not run (stopped, starved, swapped out): what the members sent meanwhile
+         * is still on its way in, so their silence says nothing yet; each gets a window anew */
+        log_ratelimited(&s->stall_log, LOG_LEVEL_WARN,
+                        "ddpd did not run for %llu ms: no member is judged by its silence until a window after",
+                        (unsigned long long)(now - s->last_tick_ms));
+        for (size_t i = 0; i < s->n_jobs; i++)
+            for (size_t k = 0; k < s->jobs[i]->n_members; k++)
+                if (s->jobs[i]->members[k].last_heard_ms < now)
+                    s->jobs[i]->members[k].last_heard_ms = now;
+    }
+    s->last_tick_ms = now;
     if (now >= s->next_heartbeat_ms) {
         for (size_t i = 0; i < s->n_jobs; i++)
             if (!s->jobs[i]->recovering) /* a rejoined member hears ddpd once every rank is back */
@@ -1372,6 +1385,12 @@ int server_tick_ms(const server *s) {
 int server_open(server *s, const server_options *opts) {
     s->opts = *opts;
     s->started_ms = clock_now_ms();
+    FILE *urandom = fopen("/dev/urandom", "rb");
+    if (!urandom || fread(&s->instance, sizeof(s->instance), 1, urandom) != 1) /* unique enough on one host */
+        s->instance = ((uint64_t)getpid() << 32) ^ clock_now_us();
+    if (urandom)
+        fclose(urandom);
+    s->instance |= 1; /* 0 is "none" */
     s->next_heartbeat_ms = s->started_ms;
     s->bad_input_log = (log_ratelimit)LOG_RATELIMIT_INIT(10000, 5);
     s->stall_log = (log_ratelimit)LOG_RATELIMIT_INIT(5000, 20);

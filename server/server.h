@@ -47,7 +47,9 @@ typedef struct {
     uint64_t last_generation;  /* the last a job was given */
     uint64_t saved_generation; /* the state directory's: a block above last_generation, written ahead */
     uint64_t started_ms;
+    uint64_t instance; /* drawn at the start: this ddpd, not one that restarted (Heartbeat.instance) */
     uint64_t next_heartbeat_ms;
+    uint64_t last_tick_ms; /* a tick later than a heartbeat interval: ddpd itself did not run */
     log_ratelimit bad_input_log;
     log_ratelimit stall_log;       /* hundreds of ranks starved at once: the machine, said in a few lines */
     uint64_t bad_messages, aborts; /* for the metrics */

@@ -3,6 +3,8 @@
 #include <cJSON.h>
 #include <check.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -211,6 +213,59 @@ START_TEST(test_late_abort_spares_relaunch) {
         proc_close(&relaunch[r]);
     }
     unlink(flag);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* An IPv4 address of this host beyond loopback, if it has one. */
+static bool address_beyond_loopback(char *ip, size_t size) {
+    struct ifaddrs *all;
+    bool found = false;
+    if (getifaddrs(&all) < 0)
+        return false;
+    for (struct ifaddrs *i = all; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !(i->ifa_flags & IFF_LOOPBACK) &&
+            (i->ifa_flags & IFF_UP))
+            found = inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)size) != NULL;
+    freeifaddrs(all);
+    return found;
+}
+
+/* A ddpd at an address beyond loopback (so its members judge it by its silence alone, as
+ * one on another host) that stalls past their liveness window while rank 0's push of step
+ * 0 waits in it: rank 0 rejoins, finds the same ddpd, and sends nothing again (its push sent
+ * twice ended the job: "pushed step 0 twice"); the step completes once rank 1 pushes. */
+START_TEST(test_stalled_remote_ddpd) {
+    char ip[INET_ADDRSTRLEN], listen[64], late[64];
+    if (!address_beyond_loopback(ip, sizeof(ip))) {
+        printf("test_stalled_remote_ddpd: this host has no address beyond loopback: not run\n");
+        return;
+    }
+    snprintf(listen, sizeof(listen), "tcp://%s:*", ip);
+    snprintf(late, sizeof(late), "/tmp/ddp-ps-late-%d", (int)getpid());
+    unlink(late);
+    const char *flags[] = {"--listen", listen, "--insecure", "--heartbeat-ms", "100", NULL};
+    ddpd_proc d;
+    ddpd_start(&d, flags);
+    const char *args[] = {"--ps", "2", "--ps-late", late, NULL};
+    proc ranks[2];
+    for (int r = 0; r < 2; r++)
+        member_start(&ranks[r], &d, 2, r, "stall", args);
+    ck_assert_msg(proc_expect(&ranks[0], "ps pushed 0", WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[0]));
+    proc_signal(&d.p, SIGSTOP);
+    usleep(1000 * 1000); /* the members' window: 3 x 100 ms */
+    proc_signal(&d.p, SIGCONT);
+    ck_assert_msg(proc_expect(&ranks[0], "rejoined ddpd", WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[0]));
+    FILE *f = fopen(late, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(proc_expect(&ranks[r], "ps pulled 1", WAIT_MS, NULL, 0), "rank %d: %s", r,
+                      proc_output_tail(&ranks[r]));
+        ck_assert_int_eq(proc_wait(&ranks[r], WAIT_MS), 0);
+        proc_close(&ranks[r]);
+    }
+    unlink(late);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }
 END_TEST
@@ -1527,6 +1582,7 @@ int main(int argc, char **argv) {
     tcase_add_test(restart, test_ddpd_restart);
     tcase_add_loop_test(restart, test_ps_restart_behind, 0, 2);
     tcase_add_test(restart, test_rejoin_store_quota);
+    tcase_add_test(restart, test_stalled_remote_ddpd);
     tcase_add_test(ps, test_parameter_server);
     tcase_add_test(ps, test_ps_doorbell);
     tcase_add_test(ps, test_ps_shared_push_without_segment);

@@ -27,6 +27,8 @@
  *   giving up late, while a relaunch of the same name forms.
  * --ps N: the job is in mode ps with one bucket of 4 floats; N steps, rank r pushing
  *   (r + 1) * (step + 1) each: "ps pushed K", then "ps pulled K: A" (A the average).
+ * --ps-late PATH: the last rank waits for PATH (at most 60 s) before its first push, so
+ *   that the others' pushes of step 0 wait in ddpd meanwhile.
  * --ps-hold PATH: the ranks below --ps-holders H (default 1) wait between their push and
  *   their pull of step 0 until PATH exists (at most 60 s), so that a test can restart ddpd
  *   while they are one step behind; each says "ps average 0 in the segment" once ddpd
@@ -43,7 +45,7 @@
 int main(int argc, char **argv) {
     int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0, recv_late_ms = 0,
         keep_key = 0, ps = 0, ps_holders = 1;
-    const char *ps_hold = NULL, *abort_after_end = NULL;
+    const char *ps_hold = NULL, *abort_after_end = NULL, *ps_late = NULL;
     long overwrite = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
@@ -70,6 +72,8 @@ int main(int argc, char **argv) {
             ps_hold = argv[i + 1];
         else if (strcmp(argv[i], "--ps-holders") == 0)
             ps_holders = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--ps-late") == 0)
+            ps_late = argv[i + 1];
         else if (strcmp(argv[i], "--overwrite") == 0)
             overwrite = atol(argv[i + 1]);
         else if (strcmp(argv[i], "--abort-after-end") == 0)
@@ -151,6 +155,10 @@ int main(int argc, char **argv) {
         float grads[4], avg[4];
         for (int i = 0; i < 4; i++)
             grads[i] = (float)((ddp_rank(g) + 1) * (k + 1));
+        struct stat late;
+        for (int i = 0;
+             k == 0 && ps_late && ddp_rank(g) == ddp_world_size(g) - 1 && i < 6000 && stat(ps_late, &late) < 0; i++)
+            usleep(10 * 1000);
         if ((r = ddp_ps_push(g, 0, grads)) < 0) {
             printf("ps push %d failed: %d: %s\n", k, r, ddp_last_error(g));
             return 3;

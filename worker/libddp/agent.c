@@ -299,6 +299,7 @@ typedef struct {
     uint64_t start, last_heard, next_beat;
     uint32_t interval, liveness;
     uint32_t coordinator_pid, stall_limit_ms; /* ddpd on this host says who it is */
+    uint64_t instance, rejoin_instance;       /* ddpd's, heard last, and when the rejoin began */
     bool heard, failed;
     /* rejoining a ddpd that went away, since this time (0: not); the next try, and the gap */
     uint64_t rejoin_since, next_rejoin, rejoin_gap;
@@ -332,6 +333,7 @@ static bool agent_begin_rejoin(agent *a, agent_view *v, uint64_t now, const char
     fprintf(stderr, "ddp: %s; the job goes on, rejoining ddpd for up to %d ms (DDP_COORDINATOR_WAIT_MS)\n", why,
             a->coordinator_wait_ms);
     v->rejoin_since = v->next_rejoin = now;
+    v->rejoin_instance = v->instance;
     v->rejoin_gap = AGENT_REJOIN_FIRST_GAP_MS;
     return true;
 }
@@ -381,6 +383,7 @@ static void agent_on_heartbeat(agent *a, agent_view *v, const Ddp__Envelope *env
     v->liveness = hb->liveness;
     v->coordinator_pid = hb->coordinator_pid;
     v->stall_limit_ms = hb->stall_timeout_ms;
+    v->instance = hb->instance;
     for (size_t i = 0; i < hb->n_left; i++) /* checked below the world size */
         atomic_store(&a->end.left[hb->left[i]], 1);
     if (hb->stopping) {
@@ -399,10 +402,15 @@ static void agent_on_heartbeat(agent *a, agent_view *v, const Ddp__Envelope *env
     pthread_mutex_unlock(&a->progress_lock);
     if (!back)
         return;
-    fprintf(stderr, "ddp: rejoined ddpd at %s after %.1f s\n", a->coordinator,
-            (double)(now - v->rejoin_since) / 1000.0);
+    /* the ddpd that was only silent (stalled, cut off) still holds what this rank sent it: a
+     * request or push sent again would be one too many (a push twice ends the job) */
+    bool same = hb->instance && hb->instance == v->rejoin_instance;
+    fprintf(stderr, "ddp: rejoined ddpd at %s after %.1f s%s\n", a->coordinator,
+            (double)(now - v->rejoin_since) / 1000.0, same ? " (the same ddpd, silent meanwhile)" : "");
     v->rejoin_since = 0;
     v->next_beat = now;
+    if (same)
+        return;
     if (a->has_pending) { /* asked of the ddpd that went away: ask the new one */
         zmq_msg_t copy;
         zmq_msg_init(&copy);

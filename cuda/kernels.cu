@@ -81,13 +81,16 @@ __global__ void mse_backward(float *dout, const float *out, const float *target,
     GRID_STRIDE(i, n) dout[i] = 2.0f * (out[i] - target[i]) / (float)C * scale;
 }
 
-/* torch.optim.SGD: v = momentum * v + g (v = g at the first step); p -= lr * v */
+/* torch.optim.SGD: v = momentum * v + g (v = g at the first step); p -= lr * v. Rounded
+ * after each operation, never fused into one (nvcc would): the CPU backend's bits, so that
+ * a job of CPU and GPU ranks, which all take the same averaged gradients, keeps the same
+ * parameters on every rank. */
 __global__ void sgd_step(float *params, float *velocity, const float *grads, size_t n, float lr, float momentum,
                          int first_step) {
     GRID_STRIDE(i, n) {
-        float v = first_step || momentum == 0.0f ? grads[i] : momentum * velocity[i] + grads[i];
+        float v = first_step || momentum == 0.0f ? grads[i] : __fadd_rn(__fmul_rn(momentum, velocity[i]), grads[i]);
         velocity[i] = v;
-        params[i] -= lr * v;
+        params[i] = __fsub_rn(params[i], __fmul_rn(lr, v));
     }
 }
 

@@ -837,6 +837,48 @@ START_TEST(test_checkpoint_disk_full) {
 }
 END_TEST
 
+/* Ranks started with other settings (a host's own DDP_WORKER_* variables or config file):
+ * every rank refuses before any step, exit 2, the one that differs naming the flag and
+ * both values (they trained on without a word: parameters apart, shards overlapping). */
+START_TEST(test_ranks_disagree) {
+    static const struct {
+        const char *variable, *needle;
+    } cases[] = {
+        {"DDP_WORKER_LR=0.5", "--lr: this rank has 0.5, rank 0 0.01: every rank must train alike"},
+        {"DDP_WORKER_SEED=7", "--seed: this rank has 7, rank 0 1234"},
+        {"DDP_WORKER_BATCH_SIZE=64", "--batch-size: this rank has 64, rank 0 128"},
+        {"DDP_WORKER_SAMPLER=global", "--sampler: this rank has 'global', rank 0 another"},
+    };
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        char job[32];
+        snprintf(job, sizeof(job), "disagree-%zu", k);
+        proc w[2];
+        for (int r = 0; r < 2; r++) {
+            const char *argv[] = {"/usr/bin/env",
+                                  r == 1 ? cases[k].variable : "DDP_WORKER_STEPS=4",
+                                  DDP_WORKER_PATH,
+                                  "--data",
+                                  dir,
+                                  "--model",
+                                  MODEL,
+                                  "--steps",
+                                  "4",
+                                  NULL};
+            rank_start(&w[r], &d, 2, r, job, argv);
+        }
+        for (int r = 0; r < 2; r++) {
+            int code = proc_wait(&w[r], WAIT_MS);
+            ck_assert_msg(code == 2, "%s: rank %d exited %d: %s", cases[k].variable, r, code, proc_output_tail(&w[r]));
+            assert_output(&w[r], r == 1 ? cases[k].needle : "another rank's settings are not rank 0's");
+            proc_close(&w[r]);
+        }
+    }
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 static TCase *add_case(Suite *s, TCase *tc) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, CASE_TIMEOUT_S);
@@ -858,6 +900,7 @@ int main(int argc, char **argv) {
     tcase_add_test(signals, test_interrupted_while_forming);
     tcase_add_test(signals, test_stop_at_an_epoch_end);
     TCase *exits = add_case(s, tcase_create("exits"));
+    tcase_add_test(exits, test_ranks_disagree);
     tcase_add_test(exits, test_usage_exit_codes);
     tcase_add_test(exits, test_metrics_write_error);
     tcase_add_test(exits, test_cuda_module);

@@ -205,6 +205,7 @@ int trainer_open(trainer *t, const worker_options *o) {
                           err, sizeof(err))) < 0)
         return trainer_fail(t, r, "%s", err);
     t->sampler_ready = true;
+    TRY(trainer_agree(t));
 
     TRY(devices_open(t));
     TRY(trainer_check_transport(t));

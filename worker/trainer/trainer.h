@@ -79,6 +79,9 @@ const char *trainer_transport(const trainer *t);
  * flags or the environment ask that cannot be done (a usage error). */
 int trainer_fail(trainer *t, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int trainer_refuse(trainer *t, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Once the job has formed and the data is loaded: whether every rank has rank 0's
+ * settings (agree.c); a usage error on every rank, naming the flag, where one differs. */
+int trainer_agree(trainer *t);
 
 /* device.c: --devices A,B (each cpu, cuda:K, or a bare GPU number K), else one --device
  * (cpu, cuda: LOCAL_RANK's GPU, or cuda:K) into t->devices. */

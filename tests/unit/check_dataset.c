@@ -308,6 +308,23 @@ START_TEST(test_train_count_mismatch) {
 }
 END_TEST
 
+/* An images file whose header says a million images, of which it holds four (as 4 MB of
+ * gzip'd zeros can say 4 GB): refused by its count against the labels' before a byte of
+ * it is inflated, rather than read until it runs out (or memory does). */
+START_TEST(test_count_before_payload) {
+    const char *dir = make_dir("count-first");
+    write_valid(dir, true);
+    char path[256], expected[512];
+    snprintf(path, sizeof(path), "%s/%s.gz", dir, TRAIN_IMAGES);
+    write_idx(path, 0x00000803, 3, (uint32_t[]){1000000, 2, 3}, train_pixels, sizeof(train_pixels), true);
+    ck_assert_int_eq(dataset_load(dir, 0, &d, err, sizeof(err)), -EBADMSG);
+    snprintf(expected, sizeof(expected), "training split: %s/%s.gz holds 1000000 images but %s/%s", dir, TRAIN_IMAGES,
+             dir, TRAIN_LABELS);
+    ck_assert_msg(strncmp(err, expected, strlen(expected)) == 0 && strstr(err, " holds 4 labels"), "%s", err);
+    assert_empty();
+}
+END_TEST
+
 START_TEST(test_test_count_mismatch) {
     const char *dir = make_dir("test-mismatch");
     write_valid(dir, false);
@@ -387,6 +404,7 @@ int main(int argc, char **argv) {
     tcase_add_test(bad, test_missing_file);
     tcase_add_test(bad, test_missing_dir);
     tcase_add_test(bad, test_train_count_mismatch);
+    tcase_add_test(bad, test_count_before_payload);
     tcase_add_test(bad, test_test_count_mismatch);
     tcase_add_test(bad, test_size_mismatch);
     tcase_add_test(bad, test_bad_label);

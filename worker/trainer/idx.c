@@ -42,6 +42,7 @@ typedef struct {
     const char *path;
     const idx_format *format;
     uint64_t want_item_size; /* images: the pixels each must have, from the caller (0: any) */
+    uint32_t want_items;     /* how many items the header must say (0: any) */
     char *err;
     size_t err_size;
     bool gzip;
@@ -266,6 +267,11 @@ static int idx_read_header(idx_source *s, uint32_t dims[3], uint64_t *ret_payloa
                  s->path, dims[1], dims[2], (unsigned long long)item_size, (unsigned long long)s->want_item_size);
         return -EDOM;
     }
+    if (s->want_items && dims[0] != s->want_items) { /* nor inflated only to be refused (a small file of zeros) */
+        snprintf(s->err, s->err_size, "%s: header: %u %s, where %u were wanted", s->path, dims[0], fmt->dim_names[0],
+                 s->want_items);
+        return -ERANGE;
+    }
     uint64_t payload = (uint64_t)dims[0] * item_size; /* at most 1e7 * 1e6: no overflow */
     if (payload > DDP_MAX_IDX_BYTES) {
         snprintf(s->err, s->err_size, "%s: header: %llu bytes of %s exceed the limit of %llu", s->path,
@@ -336,8 +342,8 @@ fail:
 }
 
 /* Opens, reads and checks one file of the given format: dims and payload on success. */
-static int idx_read(const char *path, const idx_format *format, uint64_t want_item_size, uint32_t dims[3],
-                    uint8_t **ret_payload, char *err, size_t err_size) {
+static int idx_read(const char *path, const idx_format *format, uint64_t want_item_size, uint32_t want_items,
+                    uint32_t dims[3], uint8_t **ret_payload, char *err, size_t err_size) {
     if (!path) {
         snprintf(err, err_size, "no IDX file named");
         return -EINVAL;
@@ -360,8 +366,13 @@ static int idx_read(const char *path, const idx_format *format, uint64_t want_it
         return -e;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    idx_source s = {
-        .fd = fd, .path = path, .format = format, .want_item_size = want_item_size, .err = err, .err_size = err_size};
+    idx_source s = {.fd = fd,
+                    .path = path,
+                    .format = format,
+                    .want_item_size = want_item_size,
+                    .want_items = want_items,
+                    .err = err,
+                    .err_size = err_size};
     s.in = malloc(IDX_IN_SIZE);
     if (!s.in) {
         close(fd);
@@ -398,10 +409,17 @@ static int idx_read(const char *path, const idx_format *format, uint64_t want_it
 }
 
 int idx_read_images(const char *path, uint32_t want_pixels, idx_images *ret, char *err, size_t err_size) {
+    return idx_read_images_of(path, want_pixels, 0, ret, err, err_size);
+}
+
+int idx_read_images_of(const char *path, uint32_t want_pixels, uint32_t want_n, idx_images *ret, char *err,
+                       size_t err_size) {
     memset(ret, 0, sizeof(*ret));
     uint32_t dims[3] = {0};
     uint8_t *pixels = NULL;
-    int r = idx_read(path, &idx_images_format, want_pixels, dims, &pixels, err, err_size);
+    int r = idx_read(path, &idx_images_format, want_pixels, want_n, dims, &pixels, err, err_size);
+    if (r == -ERANGE)
+        ret->n = dims[0];
     if (r < 0)
         return r;
     *ret = (idx_images){.n = dims[0], .rows = dims[1], .cols = dims[2], .pixels = pixels};
@@ -416,7 +434,7 @@ int idx_read_labels(const char *path, unsigned n_classes, idx_labels *ret, char 
     }
     uint32_t dims[3] = {0};
     uint8_t *labels = NULL;
-    int r = idx_read(path, &idx_labels_format, 0, dims, &labels, err, err_size);
+    int r = idx_read(path, &idx_labels_format, 0, 0, dims, &labels, err, err_size);
     if (r < 0)
         return r;
     for (uint32_t i = 0; i < dims[0]; i++)

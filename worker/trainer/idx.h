@@ -34,6 +34,10 @@ typedef struct {
  * the rows * cols each image must have, checked against the header before the payload is
  * read (a file of other images is not inflated only to be refused): -EDOM if not. */
 int idx_read_images(const char *path, uint32_t want_pixels, idx_images *ret, char *err, size_t err_size);
+/* The same, the header's image count also checked against want_n (0: any) before the
+ * payload is read: -ERANGE if not, ret->n then the count it says (nothing else read). */
+int idx_read_images_of(const char *path, uint32_t want_pixels, uint32_t want_n, idx_images *ret, char *err,
+                       size_t err_size);
 /* Every label must lie in [0, n_classes); n_classes in [1, 256]. */
 int idx_read_labels(const char *path, unsigned n_classes, idx_labels *ret, char *err, size_t err_size);
 

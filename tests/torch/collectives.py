@@ -110,6 +110,9 @@ def movement(rank, size):
             out = torch.zeros_like(mine)
             dist.all_to_all_single(out, mine)
             check("all_to_all_single " + what, out, torch.cat([everyone[(j + rank) % size] for j in range(size)]))
+            both = mine.clone()
+            dist.all_to_all_single(both, both)  # in place: the same as out of place
+            check("all_to_all_single in place " + what, both, out)
             outs = [torch.zeros_like(t) for _ in range(size)]
             dist.all_to_all(outs, [everyone[(rank + j) % size] for j in range(size)])
             for j in range(size):
@@ -138,6 +141,29 @@ def shapes(rank, size):
     for k, w in enumerate(works):
         got = w.get_future().wait()[0]
         check("async all_reduce %d" % k, got, torch.ones(4) * (k * size + sum(range(size))))
+    # result() before the work completed is refused, as gloo's is: rank 0 calls only once the
+    # others have asked (through torch's store, which no call of the group waits behind)
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.ones(2) * rank
+    if rank == 0:
+        store.wait(["collectives/result-asked-%d" % r for r in range(1, size)])
+    w = dist.all_reduce(t, async_op=True)
+    if rank != 0:
+        try:
+            w.result()
+        except RuntimeError as e:
+            assert "ddpd" in str(e) and "wait()" in str(e), str(e)
+        else:
+            raise AssertionError("result() of an all_reduce that rank 0 had not called returned")
+        store.set("collectives/result-asked-%d" % rank, "1")
+    w.wait()
+    check("result() after wait()", w.result()[0], torch.ones(2) * sum(range(size)))
+    # all_to_all_single with input and output partly in one buffer: as from a copy of the input
+    buf = torch.arange(3 * size, dtype=torch.float32) + 100 * rank
+    want = torch.zeros(2 * size)
+    dist.all_to_all_single(want, buf[:2 * size].clone())
+    dist.all_to_all_single(buf[size:], buf[:2 * size])
+    check("all_to_all_single, input and output overlapping", buf[size:], want)
     # point to point in a ring, non-blocking
     right, left = (rank + 1) % size, (rank - 1) % size
     got = torch.zeros(3)
@@ -162,7 +188,7 @@ def shapes(rank, size):
     dist.broadcast(w, src=0)
     check("broadcast into a parameter", w.detach(), torch.arange(6, dtype=torch.float32).view(2, 3).t())
     dist.barrier()
-    print("Rank", rank, ": views, lists, coalesced, async, isend/irecv, new_group")
+    print("Rank", rank, ": views, lists, coalesced, async, result(), overlaps, isend/irecv, new_group")
 
 
 def refused(rank, size):
@@ -181,6 +207,9 @@ def refused(rank, size):
         ("only dense", lambda: dist._all_gather_base(torch.zeros(2 * size), torch.ones(2).to_sparse())),
         ("only dense", lambda: dist.all_to_all_single(torch.zeros(size), torch.ones(size).to_sparse())),
         ("itself", lambda: dist.send(torch.ones(1), dst=rank)),
+        # a list to broadcast into: one shape, apart in memory (the copies would fail on the comm thread)
+        ("shape", lambda: dist.broadcast_multigpu([torch.zeros(2, 3), torch.zeros(3, 2)], src=0)),
+        ("share memory", lambda: dist.broadcast_multigpu((lambda b: [b[:3], b[1:]])(torch.zeros(4)), src=0)),
         ("negative", lambda: dist.send(torch.ones(1), dst=(rank + 1) % size, tag=-1)),
     ]
     for needle, call in cases:

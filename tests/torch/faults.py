@@ -6,8 +6,9 @@ account (who, which pid on which host), never a hang.
   faults.py timeout    a group with a 3 s timeout; rank 1 waits where rank 0 all-reduces,
                        and calls only once the test saw ddpd end the job (FAULTS_GO_FILE
                        appears), while rank 0, which caught its timeout, goes on
-  faults.py torch      torch fails on rank 1 only, after a broadcast (its second tensor has
-                       another shape): the others raise at their next call, naming it"""
+  faults.py torch      torch fails on rank 1 only, after a broadcast (its second tensor takes
+                       another shape once the call is posted): the others raise at their
+                       next call, naming it"""
 import os
 import sys
 import time
@@ -67,9 +68,19 @@ def timeout(rank):
 
 
 def torch_error(rank):
-    shapes = [(2, 3), (3, 2) if rank == 1 else (2, 3)]
+    # A list of two shapes is refused before anything is sent: rank 1 reshapes its second
+    # tensor after posting, while the root, which sends only once it has, holds the call
+    # on rank 1's comm thread; the copy into it then fails there.
+    store = dist.distributed_c10d._get_default_store()
+    tensors = [torch.zeros(2, 3), torch.zeros(2, 3)]
     try:
-        dist.broadcast_multigpu([torch.zeros(s) for s in shapes], src=0)
+        if rank == 0:
+            store.wait(["faults/reshaped"])
+        work = dist.broadcast_multigpu(tensors, src=0, async_op=True)
+        if rank == 1:
+            tensors[1].resize_(3, 2)
+            store.set("faults/reshaped", "1")
+        work.wait()
         print("rank %d: broadcast done" % rank, flush=True)
         t0 = time.monotonic()
         dist.all_reduce(torch.ones(8))

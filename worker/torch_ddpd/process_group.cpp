@@ -243,6 +243,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::broadcast(std::vector<at::Tensor> &
                 opts.rootTensor, " is not in the list of ", tensors.size());
     int root = (int)opts.rootRank;
     size_t which = (size_t)opts.rootTensor;
+    // The copies into the list's other tensors would fail on the comm thread (see check_dense).
+    for (const at::Tensor &t : tensors) {
+        TORCH_CHECK(t.sizes() == tensors[which].sizes(), "ddpd: broadcast: the tensors differ in shape (", t.sizes(),
+                    " and ", tensors[which].sizes(), ")");
+        TORCH_CHECK(at::get_overlap_status(t, tensors[which]) != at::MemOverlapStatus::Partial,
+                    "ddpd: broadcast: the tensors partly share memory; pass copies");
+    }
     return post(c10d::OpType::BROADCAST, "ddpd:broadcast", tensors, [this, tensors, root, which] {
         Staged s(tensors[which], getRank() == root);
         Elements e = movement_elements(tensors[which]);
@@ -494,9 +501,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall_base(at::Tensor &output, a
     TORCH_CHECK(input.dim() > 0 && output.dim() > 0 && even(input_splits, input) && even(output_splits, output) &&
                     input.numel() == output.numel() && input.scalar_type() == output.scalar_type(),
                 "ddpd: all_to_all_single with uneven splits is not supported: libddp moves equal parts only");
+    // In place (or overlapping otherwise), a round would send parts that earlier rounds wrote
+    // over: the input is read from a copy (off the CPU, Staged copies it anyway).
+    bool stage_input = at::get_overlap_status(input, output) != at::MemOverlapStatus::No && input.device().is_cpu();
     return post(c10d::OpType::ALLTOALL_BASE, "ddpd:alltoall_base", {output},
-                [this, output, input] {
-                    Staged in(input), out(output, false);
+                [this, output, input, stage_input] {
+                    Staged in(stage_input ? input.clone(at::MemoryFormat::Contiguous) : input), out(output, false);
                     Elements e = movement_elements(input);
                     scatter_rounds(in.data(), out.data(), e.count / (size_t)getSize(), e.dtype);
                     out.copy_out();

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
 
 namespace torch_ddpd {
 
@@ -15,7 +16,11 @@ c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() {
     return future_;
 }
 
+// Refused before completion, as gloo's: the outputs are not yet written. (The future completes
+// just before the work does, its outputs then written: a caller that waited on it may ask.)
 std::vector<at::Tensor> Work::result() {
+    TORCH_CHECK(isCompleted() || future_->completed(), "ddpd: result() of ", c10d::opTypeToString(retrieveOpType()),
+                " before the work completed: call wait() first");
     return outputs_;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -34,6 +35,16 @@ int fd_socket_send(int sock, int fd, int32_t rank) {
     return sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof(rank) ? 0 : -errno;
 }
 
+void fd_socket_close_passed(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 &&
+        S_ISSOCK(st.st_mode)) { /* a sender's SO_LINGER would hold close() for as long as it set */
+        struct linger at_once = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &at_once, sizeof(at_once));
+    }
+    close(fd);
+}
+
 /* Closes every descriptor msg carried: what a refused message brought must not stay open. */
 static void close_passed(struct msghdr *msg) {
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
@@ -43,7 +54,7 @@ static void close_passed(struct msghdr *msg) {
         for (size_t i = 0; i < n; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-            close(fd);
+            fd_socket_close_passed(fd);
         }
     }
 }
@@ -53,9 +64,11 @@ int fd_socket_recv(int sock, uint64_t deadline_ms, int *ret_fd, int32_t *ret_ran
     int n = poll(&pfd, 1, clock_ms_until(deadline_ms));
     if (n <= 0)
         return n == 0 ? -ETIMEDOUT : -errno;
-    /* room for more than the one expected, so that extra descriptors arrive and are closed */
+    /* room for as many as one message may carry (the kernel's SCM_MAX_FD), so that extra
+     * descriptors arrive and are closed here: those that did not fit the kernel would close
+     * on this thread's way out of recvmsg, lingering as long as their sender set */
     union {
-        char bytes[CMSG_SPACE(4 * sizeof(int))];
+        char bytes[CMSG_SPACE(253 * sizeof(int))];
         struct cmsghdr align;
     } control;
     struct iovec iov = {ret_rank, sizeof(*ret_rank)};

@@ -3,10 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 int shm_segment_make(const char *name, size_t bytes, int *ret_fd) {
@@ -32,6 +34,13 @@ int shm_segment_map(int fd, size_t bytes, char **ret, char *why, size_t why_size
     if (!S_ISREG(st.st_mode) || seals < 0) {
         snprintf(why, why_size, "not a memfd segment (%s)",
                  S_ISREG(st.st_mode) ? "a file without seals" : "not a file");
+        return -EPROTO;
+    }
+    /* shmem only: a memfd of huge pages whose owner punched a hole in it faults (SIGBUS)
+     * under the mapping once the pool is spent, ending whoever reads it */
+    struct statfs fs;
+    if (fstatfs(fd, &fs) < 0 || fs.f_type != TMPFS_MAGIC) {
+        snprintf(why, why_size, "not a memfd of shared memory (of huge pages, or a file elsewhere)");
         return -EPROTO;
     }
     if ((size_t)st.st_size != bytes) {

@@ -128,7 +128,7 @@ int ps_shm_take(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
         if (++p->n_handed == p->world)
             ps_shm_stop_listening(p);
     }
-    close(fd);
+    fd_socket_close_passed(fd); /* mapped, or refused: perhaps no memfd at all */
     close(sock);
     return r;
 }

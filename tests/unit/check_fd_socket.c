@@ -5,6 +5,8 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,7 +28,7 @@ static int open_fds(void) {
 /* Sends data (bytes of it) with fds[0..n_fds) over sock. */
 static void send_raw(int sock, const void *data, size_t bytes, const int *fds, size_t n_fds) {
     union {
-        char bytes[CMSG_SPACE(4 * sizeof(int))];
+        char bytes[CMSG_SPACE(16 * sizeof(int))];
         struct cmsghdr align;
     } control = {0};
     struct iovec iov = {(void *)data, bytes};
@@ -42,6 +44,60 @@ static void send_raw(int sock, const void *data, size_t bytes, const int *fds, s
     }
     ck_assert_int_eq(sendmsg(sock, &msg, 0), (ssize_t)bytes);
 }
+
+/* A TCP connection whose send queue is full (its peer reads nothing) and that lingers an
+ * hour on close: the last close of it would wait that long. Its peer's end in *ret_peer. */
+static int lingering_socket(int *ret_listener, int *ret_peer) {
+    int listener = socket(AF_INET, SOCK_STREAM, 0), one = 4096;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(addr);
+    ck_assert_int_eq(bind(listener, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    ck_assert_int_eq(listen(listener, 1), 0);
+    ck_assert_int_eq(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
+    int sock = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));
+    ck_assert_int_eq(connect(sock, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    int peer = accept(listener, NULL, NULL);
+    ck_assert_int_ge(peer, 0);
+    setsockopt(peer, SOL_SOCKET, SO_RCVBUF, &one, sizeof(one));
+    fcntl(sock, F_SETFL, O_NONBLOCK);
+    char junk[4096] = {0};
+    while (write(sock, junk, sizeof(junk)) > 0)
+        ;
+    struct linger an_hour = {.l_onoff = 1, .l_linger = 3600};
+    ck_assert_int_eq(setsockopt(sock, SOL_SOCKET, SO_LINGER, &an_hour, sizeof(an_hour)), 0);
+    fcntl(sock, F_SETFL, 0);
+    *ret_listener = listener;
+    *ret_peer = peer;
+    return sock;
+}
+
+/* Such a socket, passed as the last reference (ddpd's ps socket takes them from any
+ * member of any job): closed at once, not held for its linger, whether refused with seven
+ * other descriptors (more than once fitted the buffer: the kernel closed the rest on the
+ * receiver's thread) or taken alone and closed by fd_socket_close_passed. A close that
+ * lingered would outlast the case's timeout. */
+START_TEST(test_lingering_socket_closed_at_once) {
+    int pair[2], listener, peer, got = -1;
+    int32_t tag = -1;
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair), 0);
+    int fds[8];
+    fds[0] = lingering_socket(&listener, &peer);
+    for (int i = 1; i < 8; i++)
+        fds[i] = fds[0];
+    int32_t seven = 7;
+    send_raw(pair[0], &seven, sizeof(seven), fds, 8);
+    ck_assert_int_eq(fd_socket_send(pair[0], fds[0], 7), 0);
+    close(fds[0]);
+    ck_assert_int_eq(fd_socket_recv(pair[1], clock_now_ms() + 1000, &got, &tag), -EPROTO); /* eight of them */
+    ck_assert_int_eq(fd_socket_recv(pair[1], clock_now_ms() + 1000, &got, &tag), 0);
+    fd_socket_close_passed(got); /* the last reference */
+    close(peer);
+    close(listener);
+    close(pair[0]);
+    close(pair[1]);
+}
+END_TEST
 
 START_TEST(test_one_descriptor_and_tag) {
     int pair[2], pipe_fds[2], got = -1;
@@ -97,6 +153,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("fd_socket");
     tcase_add_test(tc, test_one_descriptor_and_tag);
     tcase_add_test(tc, test_malformed_refused_and_closed);
+    tcase_add_test(tc, test_lingering_socket_closed_at_once);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

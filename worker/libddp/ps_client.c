@@ -51,7 +51,7 @@ static void ps_client_share(ddp_group *g) {
         if (pushed)
             munmap(pushed, bytes);
         if (doorbell >= 0)
-            close(doorbell);
+            fd_socket_close_passed(doorbell);
     } else {
         g->ps_pushed = pushed;
         g->ps_average = avg;
@@ -64,7 +64,7 @@ static void ps_client_share(ddp_group *g) {
     if (sock >= 0)
         close(sock);
     if (average >= 0)
-        close(average);
+        fd_socket_close_passed(average);
 }
 
 int ps_client_start(ddp_group *g, bool share) {

@@ -132,7 +132,7 @@ static int follow(comm *c, const int *local, int n_local, int k, size_t bytes, s
             comm_fail(c, r, "rank %d handed over a segment that is refused: %s", leader, why);
     }
     if (got >= 0)
-        close(got);
+        fd_socket_close_passed(got);
     if (sock >= 0)
         close(sock);
     return r;

@@ -381,6 +381,12 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
         CHECK(j->n_ps_steps == 0 || j->n_ps_steps == j->n_ps_buckets, "rejoin: %zu ps steps for %zu buckets",
               j->n_ps_steps, j->n_ps_buckets);
         CHECK(j->n_store <= DDP_MAX_STORE_KEYS, "rejoin: %zu store keys exceed %d", j->n_store, DDP_MAX_STORE_KEYS);
+        CHECK(j->n_left == 0 || j->generation, "join: ranks that left, in a first join");
+        CHECK(j->n_left < j->world_size, "rejoin: %zu ranks left of a world of %u", j->n_left, j->world_size);
+        for (size_t i = 0; i < j->n_left; i++)
+            CHECK(j->left[i] < j->world_size && (int32_t)j->left[i] != j->rank,
+                  "rejoin: rank %u said to have left, in a world of %u, by rank %d", j->left[i], j->world_size,
+                  j->rank);
         for (size_t i = 0; i < j->n_store; i++) {
             CHECK(wire_text_valid(j->store[i]->key, DDP_MAX_STORE_KEY, false), "rejoin: invalid store key");
             CHECK(j->store[i]->value.len <= DDP_MAX_STORE_VALUE, "rejoin: a store value of %zu bytes exceeds %u",

@@ -393,6 +393,7 @@ static void server_finish_recovery(server *s, job *j) {
 }
 
 static void server_answer_waiters(server *s, job *j, store_waiter *ready);
+static void server_note_gone_rank(job *j, int32_t rank);
 
 /* Sets key in j's store within its user's quota, answering the waits a new key completes;
  * why says what did not fit. A set by message and a rejoin's keys alike. */
@@ -545,7 +546,9 @@ static void server_on_join(server *s, const wire_msg *msg) {
             server_remove_job(s, j);
         return;
     }
-    if (rejoin) {                                  /* answered once every rank is back (server_finish_recovery) */
+    if (rejoin) { /* answered once every rank is back (server_finish_recovery) */
+        for (size_t i = 0; i < jn->n_left; i++)
+            server_note_gone_rank(j, (int32_t)jn->left[i]);
         for (size_t i = 0; i < jn->n_store; i++) { /* the keys it set: the store as the members knew it */
             char why[DDP_MAX_REASON];
             if (server_store_put(s, j, jn->store[i]->key, jn->store[i]->value.data, jn->store[i]->value.len, why,
@@ -581,6 +584,21 @@ static void server_fail_barrier(server *s, job *j, int code, const char *why) {
         m->at_barrier = false;
     }
     j->barrier_arrived = 0;
+}
+
+/* A recovering job's rank that had left before ddpd restarted (its peers say so): held as
+ * a member that left, as the ddpd before held it, rather than waited for, as it will not
+ * come back. */
+static void server_note_gone_rank(job *j, int32_t rank) {
+    for (size_t i = 0; i < j->n_members; i++)
+        if (j->members[i].rank == rank)
+            return;
+    job_member gone = {.requested_rank = rank, .rank = rank, .left = true, .last_heard_ms = clock_now_ms()};
+    snprintf(gone.host, sizeof(gone.host), "(left before ddpd restarted)");
+    if (job_add_member(j, &gone) == 0) {
+        j->n_left++;
+        log_info("job '%s': rank %d had left before ddpd restarted: not waited for", j->name, rank);
+    }
 }
 
 /* The member of ps job j that left, if any: no average can be made without its pushes. */

@@ -217,6 +217,48 @@ START_TEST(test_late_abort_spares_relaunch) {
 }
 END_TEST
 
+/* A job one of whose ranks has left (finished early) when ddpd restarts: the others rejoin
+ * saying so, and the new ddpd holds that rank as left rather than waiting for it and
+ * ending the job ("ranks {2} did not come back"); they go on through it (the store). */
+START_TEST(test_restart_after_a_rank_left) {
+    char dir[64], listen[128], go[96];
+    snprintf(dir, sizeof(dir), "/tmp/ddp-left-%d", (int)getpid());
+    snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", dir);
+    snprintf(go, sizeof(go), "%s/go", dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    const char *flags[] = {"--listen", listen, NULL};
+    ddpd_proc d;
+    ddpd_start(&d, flags);
+    const char *args[] = {"--leave-early", go, NULL};
+    proc m[3];
+    for (int r = 0; r < 3; r++)
+        member_start(&m[r], &d, 3, r, "left", args);
+    ck_assert_msg(proc_expect(&m[2], "leaving", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[2]));
+    ck_assert_int_eq(proc_wait(&m[2], WAIT_MS), 0);
+    ck_assert_msg(proc_expect(&d.p, "job 'left': rank 2 (pid", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+    /* the others have heard so (a heartbeat names the ranks that left) before ddpd goes */
+    usleep(1500 * 1000);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    ddpd_start(&d, flags);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&m[r], "rejoined ddpd at", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
+    FILE *f = fopen(go, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(proc_expect(&m[r], "store after: 'restart'", WAIT_MS, NULL, 0), "rank %d: %s", r,
+                      proc_output_tail(&m[r]));
+        ck_assert_int_eq(proc_wait(&m[r], WAIT_MS), 0);
+    }
+    for (int r = 0; r < 3; r++)
+        proc_close(&m[r]);
+    ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    unlink(go);
+    rmdir(dir);
+}
+END_TEST
+
 /* An IPv4 address of this host beyond loopback, if it has one. */
 static bool address_beyond_loopback(char *ip, size_t size) {
     struct ifaddrs *all;
@@ -1583,6 +1625,7 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(restart, test_ps_restart_behind, 0, 2);
     tcase_add_test(restart, test_rejoin_store_quota);
     tcase_add_test(restart, test_stalled_remote_ddpd);
+    tcase_add_test(restart, test_restart_after_a_rank_left);
     tcase_add_test(ps, test_parameter_server);
     tcase_add_test(ps, test_ps_doorbell);
     tcase_add_test(ps, test_ps_shared_push_without_segment);

@@ -22,6 +22,8 @@
  * ("kept: 'V'"), so a test can restart ddpd in between and see the store come back.
  * --overwrite N: rank 0 sets "big" to N bytes, then again to N others ("overwrite ok", or
  *   "store_set K failed: CODE: LAST_ERROR"): a user's store quota counts the key once.
+ * --leave-early PATH: the last rank leaves at once ("leaving"); the others wait for PATH
+ *   (at most 60 s), then set and get a store key through ddpd ("store after: 'V'").
  * --abort-after-end PATH: once the job has ended ("job ended: LAST_ERROR"), waits for PATH
  *   (at most 30 s), then calls ddp_abort ("late abort: CODE"): a rank of a job that ended,
  *   giving up late, while a relaunch of the same name forms.
@@ -45,7 +47,7 @@
 int main(int argc, char **argv) {
     int barriers = 1, hang_at = -1, store = 0, status = 0, edges = 0, all_reduce = 0, late_ms = 0, recv_late_ms = 0,
         keep_key = 0, ps = 0, ps_holders = 1;
-    const char *ps_hold = NULL, *abort_after_end = NULL, *ps_late = NULL;
+    const char *ps_hold = NULL, *abort_after_end = NULL, *ps_late = NULL, *leave_early = NULL;
     long overwrite = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--barriers") == 0)
@@ -72,6 +74,8 @@ int main(int argc, char **argv) {
             ps_hold = argv[i + 1];
         else if (strcmp(argv[i], "--ps-holders") == 0)
             ps_holders = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--leave-early") == 0)
+            leave_early = argv[i + 1];
         else if (strcmp(argv[i], "--ps-late") == 0)
             ps_late = argv[i + 1];
         else if (strcmp(argv[i], "--overwrite") == 0)
@@ -122,6 +126,25 @@ int main(int argc, char **argv) {
         if (r == 0)
             printf("overwrite ok\n");
         free(value);
+    }
+    if (leave_early) {
+        if (ddp_rank(g) == ddp_world_size(g) - 1) {
+            printf("leaving\n");
+            ddp_finalize(g);
+            return 0;
+        }
+        struct stat st;
+        for (int i = 0; i < 6000 && stat(leave_early, &st) < 0; i++)
+            usleep(10 * 1000);
+        char value[32] = "";
+        size_t len = 0;
+        if ((r = ddp_store_set(g, "after", "restart", 7)) < 0 ||
+            (r = ddp_store_get(g, "after", value, sizeof(value) - 1, &len)) < 0)
+            printf("store after failed: %d: %s\n", r, ddp_last_error(g));
+        else
+            printf("store after: '%.*s'\n", (int)len, value);
+        ddp_finalize(g);
+        return r < 0 ? 3 : 0;
     }
     if (abort_after_end) {
         for (int i = 0; i < 3000 && ddp_job_status(g) == 0; i++)

@@ -343,23 +343,42 @@ static bool agent_begin_rejoin(agent *a, agent_view *v, uint64_t now, const char
  * pull, or, sharing memory with the ddpd that went away (the first restart: later ones
  * share none), one that ddpd wrote in its segment, whose counters are final by now (a
  * ddpd that only stalled knows the rank when it gets back to it, and ignores the steps). */
-static void agent_rejoin_steps(agent *a, zmq_msg_t *frame) {
+static void agent_rejoin_steps(agent *a, Ddp__Envelope *e) {
     struct agent_pushes *p = a->pushes;
-    if (!p)
+    if (!p || !e->join || e->join->n_ps_steps != p->n)
         return;
-    Ddp__Envelope *e = ddp__envelope__unpack(NULL, zmq_msg_size(frame), zmq_msg_data(frame));
-    if (e && e->join && e->join->n_ps_steps == p->n) {
-        for (size_t b = 0; b < p->n; b++) {
-            uint64_t had = p->heard[b];
-            if (p->average && !p->frames && agent_averaged(p, b) > had)
-                had = agent_averaged(p, b);
-            if (e->join->ps_steps[b] < had)
-                e->join->ps_steps[b] = had;
-        }
-        msg_repack(frame, e);
+    for (size_t b = 0; b < p->n; b++) {
+        uint64_t had = p->heard[b];
+        if (p->average && !p->frames && agent_averaged(p, b) > had)
+            had = agent_averaged(p, b);
+        if (e->join->ps_steps[b] < had)
+            e->join->ps_steps[b] = had;
     }
-    if (e)
-        ddp__envelope__free_unpacked(e, NULL);
+}
+
+/* The rejoin as it stands now: the ps steps (above), and the ranks that have left, which
+ * the next ddpd is not to wait for (a job with one would never be whole again). */
+static void agent_rejoin_now(agent *a, zmq_msg_t *frame) {
+    Ddp__Envelope *e = ddp__envelope__unpack(NULL, zmq_msg_size(frame), zmq_msg_data(frame));
+    if (!e || !e->join) {
+        if (e)
+            ddp__envelope__free_unpacked(e, NULL);
+        return;
+    }
+    agent_rejoin_steps(a, e);
+    uint32_t left[DDP_MAX_WORLD_SIZE];
+    size_t n_left = 0;
+    for (uint32_t r = 0; r < e->join->world_size && r < DDP_MAX_WORLD_SIZE; r++)
+        if (atomic_load(&a->end.left[r]))
+            left[n_left++] = r;
+    uint32_t *unpacked_left = e->join->left; /* freed with the envelope: put back first */
+    size_t unpacked_n = e->join->n_left;
+    e->join->left = left;
+    e->join->n_left = n_left;
+    msg_repack(frame, e);
+    e->join->left = unpacked_left;
+    e->join->n_left = unpacked_n;
+    ddp__envelope__free_unpacked(e, NULL);
 }
 
 static void agent_send_rejoin(agent *a) {
@@ -370,7 +389,7 @@ static void agent_send_rejoin(agent *a) {
         memcpy(zmq_msg_data(&frame), a->rejoin, a->rejoin_size);
     pthread_mutex_unlock(&a->progress_lock);
     if (r == 0)
-        agent_rejoin_steps(a, &frame);
+        agent_rejoin_now(a, &frame);
     if (r == 0 && zmq_msg_send(&frame, a->control, ZMQ_DONTWAIT) < 0)
         zmq_msg_close(&frame); /* the next try will do */
 }

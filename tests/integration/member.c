@@ -186,6 +186,8 @@ int main(int argc, char **argv) {
             printf("ps push %d failed: %d: %s\n", k, r, ddp_last_error(g));
             return 3;
         }
+        if (k == 0) /* with a ddpd on this host: through its segments (else frames) */
+            printf("ps in shared memory: %s\n", ddp_ps_average(g, 0) ? "yes" : "no");
         printf("ps pushed %d\n", k);
         struct stat st;
         bool seen = false;

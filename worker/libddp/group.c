@@ -400,7 +400,11 @@ DDP_EXPORT int ddp_init(const ddp_options *opts, ddp_group **ret_group) {
         snprintf(init_error, sizeof(init_error), "%s", g->last_error);
         goto fail;
     }
-    if (g->n_ps_buckets && (r = ps_client_start(g, g->ps_socket[0] && strcmp(s.transport, "zmq") != 0)) < 0) {
+    /* ddpd's memory only where ddpd is on this host: the socket's name is abstract, so on
+     * another host it is free for anyone to take, and a rank would hand its gradients to
+     * whoever bound it, and train on what that one wrote as averages */
+    bool share = g->ps_socket[0] && strcmp(s.transport, "zmq") != 0 && g->agent.coordinator_here;
+    if (g->n_ps_buckets && (r = ps_client_start(g, share)) < 0) {
         snprintf(init_error, sizeof(init_error), "out of memory for the ps buckets");
         goto fail;
     }

@@ -697,8 +697,9 @@ START_TEST(test_resume_refused_on_every_rank) {
 }
 END_TEST
 
-/* A checkpoint 5 steps into an epoch of 8, resumed on data with 4 steps an epoch: refused
- * (exit 2) with the file and both figures, not an empty epoch of loss nan. */
+/* A checkpoint 5 steps into an epoch of 8, resumed on data with 4 steps an epoch, or on as
+ * many samples of other data: refused (exit 2), naming the file and what differs, not an
+ * empty epoch of loss nan, nor another run's order of samples taken up midway. */
 START_TEST(test_resume_past_the_epoch) {
     char ckpt[128], half[128], needle[300];
     path_in_dir(ckpt, sizeof(ckpt), "past.ckpt");
@@ -714,9 +715,19 @@ START_TEST(test_resume_past_the_epoch) {
     const char *smaller[] = {"--data", half, "--checkpoint", ckpt, "--resume", "--steps", "8", NULL};
     int code = train(&p, 1, smaller);
     ck_assert_msg(code == 2, "exit %d: %s", code, proc_output_tail(&p));
-    snprintf(needle, sizeof(needle), "--resume: %s stopped 5 steps into an epoch, but an epoch here has 4 steps", ckpt);
+    snprintf(needle, sizeof(needle),
+             "--resume: %s was trained on other data (256 training samples, here 128): it would not continue", ckpt);
     assert_output(&p, needle);
     ck_assert_msg(!strstr(proc_output(&p), "nan"), "%s", proc_output_tail(&p));
+    proc_close(&p);
+    /* as many samples, others: the order would be another run's */
+    path_in_dir(half, sizeof(half), "other-data");
+    ck_assert_int_eq(mkdir(half, 0755), 0);
+    idx_write_split(half, "train", 256, 8, 7);
+    idx_write_split(half, "t10k", 64, 8, 2);
+    ck_assert_int_eq(train(&p, 1, smaller), 2);
+    snprintf(needle, sizeof(needle), "--resume: %s was trained on other data (256 training samples, other labels", ckpt);
+    assert_output(&p, needle);
     proc_close(&p);
 }
 END_TEST

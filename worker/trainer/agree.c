@@ -62,8 +62,7 @@ int trainer_agree(trainer *t) {
         {"--metrics (1: given)", SETTING_INT, NULL},
         {"training samples in --data", SETTING_INT, NULL},
         {"test samples in --data", SETTING_INT, NULL},
-        {"the training labels in --data (a digest)", SETTING_INT, NULL},
-        {"the training pixels' mean in --data", SETTING_REAL, NULL},
+        {"the training data in --data (a digest of its labels and pixels' mean)", SETTING_INT, NULL},
     };
     enum { N = sizeof(settings) / sizeof(settings[0]) };
     uint64_t mine[N] = {
@@ -81,8 +80,7 @@ int trainer_agree(trainer *t) {
         o->metrics != NULL,
         d->train.n,
         d->test.n,
-        d->train.y ? digest(d->train.y, d->train.n) : 0,
-        real_bits(d->mean),
+        dataset_fingerprint(d),
     };
     uint64_t theirs[N];
     memcpy(theirs, mine, sizeof(theirs));

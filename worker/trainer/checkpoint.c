@@ -28,7 +28,13 @@ typedef struct {
     double lr, momentum;
 } checkpoint_settings;
 
-_Static_assert(sizeof(checkpoint_header) == 128 && sizeof(checkpoint_settings) == 32, "the file's layout");
+/* Version 3 adds, after them, what data the run trained on. */
+typedef struct {
+    uint64_t train_samples, data_fingerprint;
+} checkpoint_data;
+
+_Static_assert(sizeof(checkpoint_header) == 128 && sizeof(checkpoint_settings) == 32 && sizeof(checkpoint_data) == 16,
+               "the file's layout");
 
 /* Writes n bytes and folds them into crc. */
 static int write_all(int fd, const void *p, size_t n, uLong *crc) {
@@ -55,7 +61,7 @@ int checkpoint_write(const char *path, const checkpoint_info *info, const float 
     int r = atomic_file_open(&f, path, 0600, CHECKPOINT_FLAG, err, err_size);
     if (r < 0)
         return r;
-    checkpoint_header h = {.version = 2,
+    checkpoint_header h = {.version = 3,
                            .has_velocity = velocity != NULL,
                            .n_params = info->n_params,
                            .step = info->step,
@@ -68,11 +74,14 @@ int checkpoint_write(const char *path, const checkpoint_info *info, const float 
     snprintf(h.model, sizeof(h.model), "%s", info->model);
     checkpoint_settings settings = {.lr = info->lr, .momentum = info->momentum};
     snprintf(settings.sampler, sizeof(settings.sampler), "%s", info->sampler);
+    checkpoint_data data = {.train_samples = info->train_samples, .data_fingerprint = info->data_fingerprint};
     uLong crc = crc32(0L, Z_NULL, 0);
     size_t bytes = info->n_params * sizeof(float);
     r = write_all(f.fd, &h, sizeof(h), &crc);
     if (r == 0)
         r = write_all(f.fd, &settings, sizeof(settings), &crc);
+    if (r == 0)
+        r = write_all(f.fd, &data, sizeof(data), &crc);
     if (r == 0)
         r = write_all(f.fd, params, bytes, &crc);
     if (r == 0 && velocity)
@@ -102,15 +111,17 @@ int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_
     }
     checkpoint_header h;
     checkpoint_settings settings = {0};
+    checkpoint_data data = {0};
     int r = 0;
     uLong crc = crc32(0L, Z_NULL, 0);
     if (fread(&h, sizeof(h), 1, f) != 1 || memcmp(h.magic, CHECKPOINT_MAGIC, 8) != 0 || h.version < 1 ||
-        h.version > 2) {
+        h.version > 3) {
         snprintf(err, err_size, "%s: not a ddp-worker checkpoint (bad magic or version)", path);
         r = -EBADMSG;
         goto out;
     }
-    if (h.version >= 2 && fread(&settings, sizeof(settings), 1, f) != 1) {
+    if ((h.version >= 2 && fread(&settings, sizeof(settings), 1, f) != 1) ||
+        (h.version >= 3 && fread(&data, sizeof(data), 1, f) != 1)) {
         snprintf(err, err_size, "%s: truncated: the checkpoint ends inside its settings", path);
         r = -EBADMSG;
         goto out;
@@ -125,6 +136,8 @@ int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_
     crc = crc32(crc, (const Bytef *)&h, sizeof(h));
     if (h.version >= 2)
         crc = crc32(crc, (const Bytef *)&settings, sizeof(settings));
+    if (h.version >= 3)
+        crc = crc32(crc, (const Bytef *)&data, sizeof(data));
     size_t bytes = h.n_params * sizeof(float);
     float *dst[2] = {params, velocity};
     for (int k = 0; k < (h.has_velocity ? 2 : 1); k++) {
@@ -171,7 +184,10 @@ int checkpoint_read(const char *path, const checkpoint_info *expect, checkpoint_
                                   .has_velocity = h.has_velocity,
                                   .has_settings = h.version >= 2,
                                   .lr = settings.lr,
-                                  .momentum = settings.momentum};
+                                  .momentum = settings.momentum,
+                                  .has_data = h.version >= 3,
+                                  .train_samples = data.train_samples,
+                                  .data_fingerprint = data.data_fingerprint};
     snprintf(ret_info->model, sizeof(ret_info->model), "%s", h.model);
     settings.sampler[sizeof(settings.sampler) - 1] = '\0';
     snprintf(ret_info->sampler, sizeof(ret_info->sampler), "%s", settings.sampler);

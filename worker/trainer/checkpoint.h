@@ -3,7 +3,8 @@
  * the epoch; the samplers' order follows from the seed and the epoch).
  *
  * File: a fixed little-endian header, the settings training goes on with (sampler, SGD's
- * lr and momentum: version 2; version 1 files lack them and are read too), then params and
+ * lr and momentum: version 2; version 1 files lack them and are read too), what data it
+ * trained on (the training samples and a fingerprint: version 3), then params and
  * velocity as float32, then a CRC-32 (zlib) of everything before it. Written to a temporary file, fsync'd and renamed
  * over the old one, so a crash leaves the previous checkpoint or the new one, never half. */
 #pragma once
@@ -21,6 +22,8 @@ typedef struct {
     bool has_settings; /* read: the file records the three below (version 2) */
     char sampler[16];
     double lr, momentum;
+    bool has_data; /* read: the file records the two below (version 3) */
+    uint64_t train_samples, data_fingerprint;
 } checkpoint_info;
 
 /* params and velocity are host arrays of info->n_params (velocity may be NULL). On failure

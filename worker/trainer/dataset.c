@@ -72,6 +72,18 @@ static int dataset_read_split(const char *dir, const dataset_split_files *files,
     return 0;
 }
 
+uint64_t dataset_fingerprint(const dataset *d) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    uint64_t n = d->train.n, mean;
+    memcpy(&mean, &d->mean, sizeof(mean));
+    const uint8_t *parts[3] = {(const uint8_t *)&n, (const uint8_t *)&mean, d->train.y};
+    size_t sizes[3] = {sizeof(n), sizeof(mean), d->train.y ? d->train.n : 0};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < sizes[k]; i++)
+            h = (h ^ parts[k][i]) * 1099511628211ull;
+    return h;
+}
+
 void dataset_pixel_stats(const uint8_t *pixels, size_t n, double *ret_mean, double *ret_std) {
     /* A histogram makes the sums exact and the variance a two-pass one over 256 values. */
     uint64_t count[256] = {0};

@@ -41,6 +41,9 @@ typedef struct {
  * of idx_read_*(). On failure *ret is left zeroed. */
 int dataset_load(const char *dir, size_t image_pixels, dataset *ret, char *err, size_t err_size);
 void dataset_free(dataset *d);
+/* A digest of the training split (its labels, count and pixels' mean): other data, to the
+ * ranks that compare theirs and to a checkpoint that records what it trained on. */
+uint64_t dataset_fingerprint(const dataset *d);
 /* Rows first .. first + count - 1 of d as floats, into out (count * dim). */
 void dataset_rows(const dataset_split *d, size_t first, size_t count, float *out);
 /* The DDP tutorial's ToyModel data: standard normal inputs (inputs wide) and regression

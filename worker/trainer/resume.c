@@ -53,7 +53,9 @@ int resume_save(trainer *t) {
                             .world_size = (uint32_t)t->world,
                             .global_batch = (uint32_t)t->global_batch,
                             .lr = t->opts->lr,
-                            .momentum = t->opts->momentum};
+                            .momentum = t->opts->momentum,
+                            .train_samples = t->data.train.n,
+                            .data_fingerprint = dataset_fingerprint(&t->data)};
     snprintf(info.model, sizeof(info.model), "%s", m->spec.name);
     snprintf(info.sampler, sizeof(info.sampler), "%s", t->opts->sampler);
     char err[512];
@@ -139,6 +141,14 @@ int resume_load(trainer *t) {
                                "--lr %g --momentum %g: it would not continue the same run",
                                t->opts->checkpoint, info.sampler, info.lr, info.momentum, t->opts->sampler, t->opts->lr,
                                t->opts->momentum);
+        else if (info.has_data &&
+                 (info.train_samples != t->data.train.n || info.data_fingerprint != dataset_fingerprint(&t->data)))
+            r = trainer_refuse(t, -EINVAL,
+                               "--resume: %s was trained on other data (%llu training samples%s, here %zu): it would "
+                               "not continue the same run",
+                               t->opts->checkpoint, (unsigned long long)info.train_samples,
+                               info.train_samples == t->data.train.n ? ", other labels or pixels" : "",
+                               t->data.train.n);
         else if (info.step_in_epoch >= sampler_steps_per_epoch(&t->smp)) /* else an empty epoch, loss nan */
             r = trainer_refuse(
                 t, -EINVAL,

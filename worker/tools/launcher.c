@@ -58,6 +58,7 @@ typedef struct {
     bool ending_leftovers;  /* the job is over; what ranks left behind is being ended */
     bool leftovers_now;     /* ... and a stop signal came: SIGKILL without the grace period */
     bool killed;            /* ... and then SIGKILLed */
+    unsigned sent_signals;  /* a bit for each signal sent to the ranks: their deaths by it are ours */
     uint64_t kill_at_ms;    /* when stopping turns into SIGKILL */
     uint64_t give_up_at_ms; /* after SIGKILL: a child stuck in the kernel is left behind */
     int stop_signal;        /* forwarded to the ranks; SIGTERM when a rank failed */
@@ -271,6 +272,7 @@ static void launcher_stop_ranks(launcher *l, int sig) {
         return;
     l->stopping = true;
     l->stop_signal = sig;
+    l->sent_signals |= 1u << sig;
     l->kill_at_ms = clock_now_ms() + (uint64_t)l->opts->grace_ms;
     for (int i = 0; i < l->n_started; i++)
         child_signal(&l->ranks[i], sig);
@@ -278,6 +280,7 @@ static void launcher_stop_ranks(launcher *l, int sig) {
 
 static void launcher_kill_ranks(launcher *l) {
     l->killed = true;
+    l->sent_signals |= 1u << SIGKILL;
     l->give_up_at_ms = clock_now_ms() + LAUNCHER_REAP_TIMEOUT_MS;
     for (int i = 0; i < l->n_started; i++)
         child_signal(&l->ranks[i], SIGKILL);
@@ -305,7 +308,9 @@ static void launcher_rank_exited(launcher *l, child *c, int status, bool job_ran
     l->n_running--;
     char how[64];
     describe_exit(status, how, sizeof(how));
-    if (c->code != 0 && job_ran) {
+    /* killed by what ddp-run sent it, once another rank had failed in this round: no news */
+    bool ours = WIFSIGNALED(status) && WTERMSIG(status) < 32 && (l->sent_signals & (1u << WTERMSIG(status)));
+    if (c->code != 0 && job_ran && !ours) {
         log_error("%s (pid %d) %s%s", c->label, (int)c->pid, how,
                   l->n_running > 0 && !l->stopping ? "; stopping the other ranks" : "");
         /* Of ranks that ended together, one killed by a signal (a crash) is the likelier
@@ -375,6 +380,7 @@ static void launcher_on_stop_signal(launcher *l, int sig) {
          * within the same grace period; a second one kills them */
         log_warn("received %s while the ranks stop after a failure; forwarding it (again: kill them)",
                  signal_name(sig));
+        l->sent_signals |= 1u << sig;
         for (int i = 0; i < l->n_started; i++)
             if (l->ranks[i].running)
                 child_signal(&l->ranks[i], sig);

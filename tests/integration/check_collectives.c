@@ -573,6 +573,26 @@ START_TEST(test_mismatched_collectives) {
 }
 END_TEST
 
+/* The data planes a fault is tried on: shared memory, ZeroMQ, and "hosts" by DDP_HOST, one
+ * letter a rank ("hosts aab": ranks 0 and 1 share one, their frames go through the
+ * mailboxes). Starts coll_fault MODE as each rank of job on plane; returns the world. */
+static int start_on_plane(proc *ranks, const ddpd_proc *d, const char *plane, int world, const char *job,
+                          const char *mode) {
+    const char *hosts = strncmp(plane, "hosts ", 6) ? NULL : plane + 6;
+    if (hosts)
+        world = (int)strlen(hosts);
+    for (int r = 0; r < world; r++) {
+        char host[32], transport[32];
+        snprintf(host, sizeof(host), "DDP_HOST=host-%c", hosts ? hosts[r] : 'a');
+        snprintf(transport, sizeof(transport), "DDP_TRANSPORT=%s", hosts ? "auto" : plane);
+        /* between hosts, TCP (with CURVE, as the data plane always speaks it there) */
+        const char *argv[] = {"/usr/bin/env",  host, transport, "DDP_DATA_ENDPOINT=tcp://127.0.0.1:*",
+                              COLL_FAULT_PATH, mode, NULL};
+        rank_start(&ranks[r], d, world, r, job, argv);
+    }
+    return world;
+}
+
 /* Ranks that wait for no one in a call (each the root of its own broadcast; a scatter's
  * root met by a gather's givers) learn of it at their next call, on every data plane:
  * shared memory, ZeroMQ, and a job over two "hosts" (ranks 0 and 1 share one, their frames
@@ -593,19 +613,10 @@ START_TEST(test_mismatch_found_next_call) {
     for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
         for (size_t k = 0; k < sizeof(planes) / sizeof(planes[0]); k++) {
             int naming = 0; /* ranks whose error names the mismatch */
-            const char *hosts = strncmp(planes[k], "hosts ", 6) ? NULL : planes[k] + 6;
-            int world = hosts ? 3 : 2;
             char job[64];
             snprintf(job, sizeof(job), "%s-%zu", modes[m].mode, k);
             proc ranks[3];
-            for (int r = 0; r < world; r++) {
-                char host[32], transport[32];
-                snprintf(host, sizeof(host), "DDP_HOST=host-%c", hosts ? hosts[r] : 'a');
-                snprintf(transport, sizeof(transport), "DDP_TRANSPORT=%s", hosts ? "auto" : planes[k]);
-                const char *argv[] = {"/usr/bin/env",  host,          transport, "DDP_DATA_ENDPOINT=tcp://127.0.0.1:*",
-                                      COLL_FAULT_PATH, modes[m].mode, NULL};
-                rank_start(&ranks[r], &d, world, r, job, argv);
-            }
+            int world = start_on_plane(ranks, &d, planes[k], 2, job, modes[m].mode);
             for (int r = 0; r < world; r++) {
                 int code = proc_wait(&ranks[r], WAIT_MS);
                 char line[600] = "";
@@ -643,18 +654,10 @@ START_TEST(test_p2p_faults) {
     ddpd_start(&d, NULL);
     for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
         for (size_t k = 0; k < sizeof(planes) / sizeof(planes[0]); k++) {
-            const char *hosts = strncmp(planes[k], "hosts ", 6) ? NULL : planes[k] + 6;
             char job[64];
             snprintf(job, sizeof(job), "%s-%zu", modes[m].mode, k);
             proc ranks[2];
-            for (int r = 0; r < 2; r++) {
-                char host[32], transport[32];
-                snprintf(host, sizeof(host), "DDP_HOST=host-%c", hosts ? hosts[r] : 'a');
-                snprintf(transport, sizeof(transport), "DDP_TRANSPORT=%s", hosts ? "auto" : planes[k]);
-                const char *argv[] = {"/usr/bin/env",  host,          transport, "DDP_DATA_ENDPOINT=tcp://127.0.0.1:*",
-                                      COLL_FAULT_PATH, modes[m].mode, NULL};
-                rank_start(&ranks[r], &d, 2, r, job, argv);
-            }
+            start_on_plane(ranks, &d, planes[k], 2, job, modes[m].mode);
             int code = proc_wait(&ranks[1], WAIT_MS);
             char line[600] = "";
             ck_assert_msg(code == 3 && proc_expect(&ranks[1], "failed: -22 ", 0, line, sizeof(line)) &&

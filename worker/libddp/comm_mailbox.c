@@ -12,20 +12,16 @@
  * mailboxes hold while it waits, so two ranks that both send before they receive never
  * wait on each other. Every wait honours the call's deadline, the job's end and the
  * peer's leaving, and names the peer. */
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/clock.h"
 #include "common/error.h"
 #include "worker/libddp/shm.h"
 #include "worker/libddp/shm_layout.h"
 
 #define MAILBOX_ALIGN 64u                    /* records start on cache lines */
 #define MAILBOX_SKIP 0u                      /* a record's first word: the rest of the ring is empty */
-#define MAILBOX_SPIN_US 30                   /* a full mailbox: spin this long before sleeping */
-#define MAILBOX_SLEEP_MS 1                   /* then sleep this long at most, between copying out */
 #define MAILBOX_MAX_EARLY_BYTES (1ull << 30) /* frames copied out before their recv, at once */
 
 typedef struct {
@@ -153,41 +149,9 @@ static int drain(comm *c, mailbox_state *st) {
     return 0;
 }
 
-/* Waits until dst has consumed up to target of its mailbox from this rank, copying out
- * what arrives here meanwhile. */
-static int wait_room(comm *c, mailbox_state *st, int dst, shm_ring b, uint64_t target, const comm_call *call,
-                     int32_t tag) {
-    shm_flag room = shm_ring_consumed(b);
-    uint64_t spin_until = clock_now_us() + MAILBOX_SPIN_US;
-    bool reported = false;
-    int err = 0;
-    while (atomic_load_explicit(room.value, memory_order_acquire) < target) {
-        if ((err = drain(c, st)) < 0)
-            break;
-        if (clock_now_us() < spin_until) {
-            if (shm_crowded(st->plane))
-                sched_yield();
-            continue;
-        }
-        if (!reported) { /* ddpd's stall report names dst while this lasts */
-            comm_report_waiting(c, dst, call, tag);
-            reported = true;
-        }
-        if ((err = comm_check_peer(c, dst, call)) < 0)
-            break;
-        uint64_t now = clock_now_ms();
-        if (now >= call->deadline_ms) {
-            err = call->kind == COLL_SEND
-                      ? comm_fail(c, -ETIMEDOUT, "send timed out after %d ms waiting for rank %d (tag %d): %s",
-                                  c->timeout_ms, dst, tag, "its mailbox from this rank stayed full")
-                      : comm_timed_out(c, dst, call, 0, " (this rank's mailbox to it stayed full)");
-            break;
-        }
-        shm_flag_sleep(room, target, MAILBOX_SLEEP_MS);
-    }
-    if (reported)
-        comm_report_waiting(c, -1, call, 0);
-    return err;
+/* drain, for shm_wait_room. */
+static int drain_mailboxes(comm *c, void *st) {
+    return drain(c, st);
 }
 
 static int mailbox_send(comm *c, int dst, const comm_call *call, int32_t tag, uint64_t offset, const void *data,
@@ -199,7 +163,8 @@ static int mailbox_send(comm *c, int dst, const comm_call *call, int32_t tag, ui
     uint64_t at = atomic_load_explicit(&b.h->written, memory_order_relaxed); /* this rank's own counter */
     uint64_t room = b.size - at % b.size, skip = room < need ? room : 0;
     if (at + skip + need > b.size)
-        TRY(wait_room(c, st, dst, b, at + skip + need - b.size, call, tag));
+        TRY(shm_wait_room(c, st->plane, dst, shm_ring_consumed(b), at + skip + need - b.size, call, tag,
+                          drain_mailboxes, st));
     if (skip) {
         uint32_t mark = MAILBOX_SKIP;
         memcpy(b.ring + at % b.size, &mark, sizeof(mark));

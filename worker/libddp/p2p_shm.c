@@ -1,16 +1,12 @@
 #include "worker/libddp/p2p_shm.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/clock.h"
 #include "common/error.h"
 #include "worker/libddp/shm_layout.h"
 
 #define P2P_MAX_EARLY_BYTES (1ull << 30) /* messages read out before their recv, at once: a cap, as the mailboxes' */
-#define P2P_SPIN_US 30                   /* a full mailbox: spin this long before sleeping */
-#define P2P_SLEEP_MS 1                   /* then this long at most, between reading out what came */
 
 /* A message read out of its mailbox before its recv came. */
 typedef struct early {
@@ -136,40 +132,9 @@ static int drain(comm *c, p2p_shm *p) {
     return 0;
 }
 
-/* Waits until dst has taken enough of this rank's mailbox to it (consumed reaches target),
- * reading out what comes to this rank meanwhile: two ranks that both send before they
- * receive never wait on each other. */
-static int wait_room(comm *c, p2p_shm *p, int dst, shm_ring b, uint64_t target, const coll_args *a) {
-    shm_flag room = shm_ring_consumed(b);
-    uint64_t spin_until = clock_now_us() + P2P_SPIN_US;
-    bool reported = false;
-    int err = 0;
-    while (atomic_load_explicit(room.value, memory_order_acquire) < target) {
-        if ((err = drain(c, p)) < 0)
-            break;
-        if (clock_now_us() < spin_until) {
-            if (shm_crowded(p->plane))
-                sched_yield();
-            continue;
-        }
-        if (!reported) { /* ddpd's stall report names dst while this lasts */
-            comm_report_waiting(c, dst, &a->call, a->tag);
-            reported = true;
-        }
-        if ((err = comm_check_peer(c, dst, &a->call)) < 0)
-            break;
-        if (clock_now_ms() >= a->call.deadline_ms) {
-            err = comm_fail(c, -ETIMEDOUT,
-                            "send timed out after %d ms waiting for rank %d (tag %d): it took none of what this rank "
-                            "sent it, and its mailbox is full",
-                            c->timeout_ms, dst, a->tag);
-            break;
-        }
-        shm_flag_sleep(room, target, P2P_SLEEP_MS);
-    }
-    if (reported)
-        comm_report_waiting(c, -1, &a->call, 0);
-    return err;
+/* drain, for shm_wait_room. */
+static int drain_mailboxes(comm *c, void *p) {
+    return drain(c, p);
 }
 
 int p2p_shm_send(comm *c, p2p_shm *p, const coll_args *a) {
@@ -181,7 +146,8 @@ int p2p_shm_send(comm *c, p2p_shm *p, const coll_args *a) {
     uint64_t need = sizeof(shm_record) + (remote ? 0 : padded(bytes));
     uint64_t at = atomic_load(&b.h->written); /* this rank's own counter */
     if (at + need > b.size)                   /* room: the receiver has taken enough */
-        TRY(wait_room(c, p, dst, b, at + need - b.size, a));
+        TRY(shm_wait_room(c, p->plane, dst, shm_ring_consumed(b), at + need - b.size, call, a->tag, drain_mailboxes,
+                          p));
     shm_record rec = {.tag = a->tag, .dtype = (uint8_t)call->t, .remote = remote, .count = call->count};
     ring_put(b, at, &rec, sizeof(rec));
     if (!remote)

@@ -15,6 +15,7 @@
 #define SHM_SPIN_US 30            /* spin this long before sleeping: a peer on another core is that close */
 #define SHM_SLEEP_MS 20           /* each sleep, at most: the job's end is noticed this soon */
 #define SHM_GAVE_UP_GRACE_MS 1000 /* for the job's end to follow a peer's failure */
+#define SHM_ROOM_SLEEP_MS 1       /* a full mailbox's sender: what comes to it is read out this often */
 
 /* Memory a caller allocated in shared memory (ddp_alloc): every rank's, of one size. */
 typedef struct {
@@ -316,6 +317,39 @@ int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t targe
         shm_flag_sleep(f, target, call->deadline_ms - now < SHM_SLEEP_MS ? call->deadline_ms - now : SHM_SLEEP_MS);
     }
     comm_report_waiting(c, -1, call, 0);
+    return err;
+}
+
+int shm_wait_room(comm *c, const shm_plane *s, int dst, shm_flag room, uint64_t target, const comm_call *call,
+                  int32_t tag, int (*drain)(comm *c, void *ctx), void *ctx) {
+    uint64_t spin_until = clock_now_us() + SHM_SPIN_US;
+    bool reported = false;
+    int err = 0;
+    while (atomic_load_explicit(room.value, memory_order_acquire) < target) {
+        if ((err = drain(c, ctx)) < 0)
+            break;
+        if (clock_now_us() < spin_until) {
+            if (s->crowded)
+                sched_yield();
+            continue;
+        }
+        if (!reported) { /* ddpd's stall report names dst while this lasts */
+            comm_report_waiting(c, dst, call, tag);
+            reported = true;
+        }
+        if ((err = comm_check_peer(c, dst, call)) < 0)
+            break;
+        if (clock_now_ms() >= call->deadline_ms) {
+            err = call->kind == COLL_SEND
+                      ? comm_fail(c, -ETIMEDOUT, "send timed out after %d ms waiting for rank %d (tag %d): %s",
+                                  c->timeout_ms, dst, tag, "its mailbox from this rank stayed full")
+                      : comm_timed_out(c, dst, call, 0, " (this rank's mailbox to it stayed full)");
+            break;
+        }
+        shm_flag_sleep(room, target, SHM_ROOM_SLEEP_MS);
+    }
+    if (reported)
+        comm_report_waiting(c, -1, call, 0);
     return err;
 }
 

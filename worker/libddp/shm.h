@@ -42,6 +42,13 @@ shm_flag shm_ring_consumed(shm_ring b);
  * spins a little, then sleeps on its futex in slices; ends with an error naming r at the
  * job's end, r's leaving or the call's deadline. */
 int shm_flag_wait(comm *c, const shm_plane *s, int r, shm_flag f, uint64_t target, const comm_call *call, int32_t tag);
+/* A sender's wait for room in its mailbox to dst: until dst has consumed up to target
+ * (room), calling drain(c, ctx) between looks, which reads out what comes to this rank
+ * meanwhile, so that two ranks that send to each other before they receive never wait on
+ * each other. Spins a little, then sleeps in short slices; names dst at the job's end,
+ * dst's leaving or the call's deadline. */
+int shm_wait_room(comm *c, const shm_plane *s, int dst, shm_flag room, uint64_t target, const comm_call *call,
+                  int32_t tag, int (*drain)(comm *c, void *ctx), void *ctx);
 /* Whether this host has fewer CPUs for the job than ranks on it: a spinning waiter yields. */
 bool shm_crowded(const shm_plane *s);
 

@@ -465,6 +465,7 @@ static int wire_validate_body(const Ddp__Envelope *env, char *err, size_t err_si
               env->abort->rank);
         CHECK(wire_text_valid(env->abort->host, DDP_MAX_HOST, true), "abort: invalid host");
         CHECK(wire_text_valid(env->abort->reason, DDP_MAX_REASON, false), "abort: invalid reason");
+        CHECK(wire_text_valid(env->abort->owner, 64, true), "abort: invalid owner");
         CHECK(env->abort->code < 0, "abort: code %d is not a negative error", env->abort->code);
         return 0;
     case DDP__ENVELOPE__BODY_LEAVE:

@@ -28,6 +28,7 @@ typedef struct {
     char *coordinator;
     char *curve_server_key, *curve_key; /* CURVE: ddpd's public key, this client's key file */
     int timeout_ms;
+    char *owner; /* abort: whose job of the name */
     bool json;
     bool help;
     bool version;
@@ -43,6 +44,8 @@ static const config_option ddpctl_options_table[] = {
     {"timeout-ms", CONFIG_INT, 1, DDP_MAX_TIMEOUT_MS, "5000", offsetof(ddpctl_options, timeout_ms),
      "how long to wait for ddpd's answer", "MS"},
     {"json", CONFIG_BOOL, 0, 1, NULL, offsetof(ddpctl_options, json), "print JSON instead of a table"},
+    {"owner", CONFIG_STRING, 1, 64, NULL, offsetof(ddpctl_options, owner),
+     "abort: the job of that name of this user (root and operators, when several users have one)", "USER"},
     {"version", CONFIG_BOOL, 0, 1, NULL, offsetof(ddpctl_options, version), "print the version and exit", NULL, NULL,
      NULL, 'V'},
     {"help", CONFIG_BOOL, 0, 1, NULL, offsetof(ddpctl_options, help), "print this help and exit", NULL, NULL, NULL,
@@ -280,6 +283,7 @@ static int ddpctl_abort(const ddpctl_options *o, const curve_keypair *own, const
     body.code = -ECONNABORTED;
     body.host = host;
     body.reason = reason;
+    body.owner = o->owner ? o->owner : (char *)"";
     Ddp__Envelope env;
     wire_envelope_init(&env, DDP__MSG_TYPE__ABORT, job, -1, 0, 1);
     env.abort = &body;

@@ -1002,7 +1002,36 @@ static void server_on_status(server *s, const wire_msg *msg) {
  * Abort back as its answer. */
 static void server_on_abort_request(server *s, const wire_msg *msg) {
     int64_t uid = server_peer_uid(s, msg);
+    const char *whose = msg->env->abort->owner;
+    if (whose && whose[0]) { /* whose job of the name: the asker's own, or any user's for root and operators */
+        struct passwd *pw = getpwnam(whose);
+        if (!pw) {
+            server_send_error(s, msg, -EINVAL, "abort: no user '%s'", whose);
+            return;
+        }
+        if ((int64_t)pw->pw_uid != uid && !server_privileged(s, uid)) {
+            server_send_error(s, msg, -EPERM, "abort: job '%s' of user %s: only root and operators end another's",
+                              msg->env->job, whose);
+            return;
+        }
+        job *theirs = server_find_job(s, msg->env->job, (int64_t)pw->pw_uid);
+        if (!theirs) {
+            server_send_error(s, msg, -ENOENT, "abort: user %s has no job '%s'", whose, msg->env->job);
+            return;
+        }
+        uid = (int64_t)pw->pw_uid; /* as if that user asked */
+    }
     job *j = server_find_job(s, msg->env->job, uid), *other = j ? NULL : server_find_any_job(s, msg->env->job);
+    size_t named = 0; /* other users' jobs of the name */
+    for (size_t i = 0; !j && i < s->n_jobs; i++)
+        named += strcmp(s->jobs[i]->name, msg->env->job) == 0;
+    if (!j && named > 1 && server_privileged(s, uid)) {
+        server_send_error(s, msg, -EINVAL,
+                          "abort: %zu users have a job '%s': say whose (ddpctl abort --owner USER %s; ddpctl status "
+                          "names the owners)",
+                          named, msg->env->job, msg->env->job);
+        return;
+    }
     if (!j && other && server_privileged(s, uid))
         j = other; /* root and operators may end any user's job */
     else if (!j && other) {

@@ -45,19 +45,25 @@ static void stop_ddpd(ddpd_proc *d) {
     rmdir(dir);
 }
 
-/* argv run as the other user, with the rendezvous of rank of job in its environment. */
-static void start_as_other(proc *p, int rank, const char *const *argv) {
-    char coord[160], rank_env[32];
+/* argv run as user uid, with the rendezvous of rank of job 'lab' in its environment. */
+static void start_as(proc *p, const char *uid, int rank, const char *const *argv) {
+    char coord[160], rank_env[32], reuid[32], regid[32];
     snprintf(coord, sizeof(coord), "DDP_COORDINATOR=%s", endpoint);
     snprintf(rank_env, sizeof(rank_env), "RANK=%d", rank);
-    const char *full[24] = {"/usr/bin/setpriv", "--reuid=" OTHER_UID, "--regid=" OTHER_UID,
-                            "--clear-groups",   "/usr/bin/env",       coord,
-                            "WORLD_SIZE=2",     "DDP_JOB=lab",        rank_env};
+    snprintf(reuid, sizeof(reuid), "--reuid=%s", uid);
+    snprintf(regid, sizeof(regid), "--regid=%s", uid);
+    const char *full[24] = {"/usr/bin/setpriv", reuid,         regid,   "--clear-groups", "/usr/bin/env", coord,
+                            "WORLD_SIZE=2",     "DDP_JOB=lab", rank_env};
     size_t n = 9;
     for (size_t i = 0; argv[i] && n < 23; i++)
         full[n++] = argv[i];
     full[n] = NULL;
     proc_start(p, full, NULL);
+}
+
+/* argv run as the other user (nobody). */
+static void start_as_other(proc *p, int rank, const char *const *argv) {
+    start_as(p, OTHER_UID, rank, argv);
 }
 
 static void ddpctl_as(proc *p, bool other, const char *command, const char *job) {
@@ -150,6 +156,56 @@ static int hand_push_segment(const char *socket_name, int rank) {
 /* root's ps job on root's ddpd: another user who connects to its push-segment socket (its
  * name is in /proc/net/unix for all to see) is refused at once, before ddpd waits for it
  * to say anything, and the rank itself still hands its segment over. */
+/* Two users (nobody, daemon) each with a job 'lab': root's `ddpctl abort lab`, which has
+ * none of its own, does not pick one (it ended whichever came first), but asks whose;
+ * `--owner daemon` ends daemon's, nobody's goes on; nobody may not name daemon's. */
+START_TEST(test_abort_names_the_owner) {
+    ddpd_proc d;
+    start_ddpd(&d, NULL, NULL);
+    proc theirs[2], ctl;
+    const char *member[] = {MEMBER_PATH, "--barriers", "1", NULL};
+    start_as(&theirs[0], OTHER_UID, 0, member);
+    ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
+    start_as(&theirs[1], "1", 0, member); /* daemon */
+    ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
+    ddpctl_as(&ctl, false, "abort", "lab");
+    ck_assert_int_ne(proc_wait(&ctl, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&ctl), "2 users have a job 'lab': say whose (ddpctl abort --owner USER lab"), "%s",
+                  proc_output_tail(&ctl));
+    proc_close(&ctl);
+    const char *not_yours[] = {"/usr/bin/setpriv",
+                               "--reuid=" OTHER_UID,
+                               "--regid=" OTHER_UID,
+                               "--clear-groups",
+                               DDPCTL_PATH,
+                               "--coordinator",
+                               endpoint,
+                               "--owner",
+                               "daemon",
+                               "abort",
+                               "lab",
+                               NULL};
+    proc_start(&ctl, not_yours, NULL);
+    ck_assert_int_ne(proc_wait(&ctl, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&ctl), "only root and operators end another's"), "%s", proc_output_tail(&ctl));
+    proc_close(&ctl);
+    const char *owned[] = {DDPCTL_PATH, "--coordinator", endpoint, "--owner", "daemon", "abort", "lab", NULL};
+    proc_start(&ctl, owned, NULL);
+    ck_assert_msg(proc_wait(&ctl, WAIT_MS) == 0, "%s", proc_output_tail(&ctl));
+    proc_close(&ctl);
+    ck_assert_int_ne(proc_wait(&theirs[1], WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&theirs[1]), "aborted by an operator"), "%s", proc_output_tail(&theirs[1]));
+    ddpctl_as(&ctl, false, "status", NULL); /* nobody's still forms */
+    ck_assert_int_eq(proc_wait(&ctl, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&ctl), "job 'lab' of user nobody: forming, 1/2 members"), "%s",
+                  proc_output_tail(&ctl));
+    proc_close(&ctl);
+    for (int i = 0; i < 2; i++)
+        proc_close(&theirs[i]);
+    stop_ddpd(&d);
+}
+END_TEST
+
 START_TEST(test_ps_segment_of_another_user) {
     ddpd_proc d;
     start_ddpd(&d, NULL, NULL);
@@ -603,6 +659,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_other_user);
     tcase_add_test(tc, test_quotas);
+    tcase_add_test(tc, test_abort_names_the_owner);
     tcase_add_test(tc, test_ps_segment_of_another_user);
     tcase_add_test(tc, test_routing_id_of_another_user);
     if (geteuid() == 0)

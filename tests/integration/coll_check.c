@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/dtype.h"
 #include "ddp/ddp.h"
@@ -329,6 +330,13 @@ static void run_exchange(ddp_group *g) {
             out[i] = (rank * SMALLS + m) * SMALL + i;
         check_call(ddp_send(g, out, SMALL, DDP_I32, peer, 4), g, "exchange send (small)", SMALL, DDP_I32, -1);
     }
+    /* ddp_probe: the peer's messages of tag 4 come (it sent them before it receives); of
+     * tag 99 none ever does */
+    int probed = 0;
+    for (time_t until = time(NULL) + 20; probed == 0 && time(NULL) < until;)
+        probed = ddp_probe(g, peer, 4);
+    check(probed == 1, "probe (tag 4: sent)", SMALL, DDP_I32, -1, ddp_last_error(g));
+    check(ddp_probe(g, peer, 99) == 0, "probe (tag 99: never sent)", 0, DDP_I32, -1, ddp_last_error(g));
     for (int m = 0; m < SMALLS; m++) {
         check_call(ddp_recv(g, in, SMALL, DDP_I32, peer, 4), g, "exchange recv (small)", SMALL, DDP_I32, -1);
         EXPECT_ELEMENTS("exchange recv (small)", SMALL, DDP_I32, -1, SMALL, in,

@@ -486,11 +486,16 @@ static int coll_shm_free(comm *c, void *buf) {
     return shm_region_close(c, state(c)->plane, buf);
 }
 
+static int coll_shm_probe(comm *c, int src, int32_t tag) {
+    return p2p_shm_probe(c, state(c)->p2p, src, tag);
+}
+
 static const comm_collectives coll_shm_table = {
     .name = "shm",
     .run = coll_shm_run,
     .alloc = coll_shm_alloc,
     .free = coll_shm_free,
+    .probe = coll_shm_probe,
     .close = coll_shm_close,
 };
 

@@ -192,6 +192,22 @@ DDP_EXPORT int ddp_send(ddp_group *g, const void *buf, size_t count, ddp_dtype t
     return r;
 }
 
+DDP_EXPORT int ddp_probe(ddp_group *g, int src, int tag) {
+    coll_args a;
+    TRY(coll_prepare(g, &a, COLL_SEND, NULL, NULL, 0, DDP_U8, DDP_SUM, src));
+    if (src == g->rank)
+        return group_fail(g, -EINVAL, "probe: rank %d cannot receive from itself", src);
+    if (tag < 0)
+        return group_fail(g, -EINVAL, "probe: tag %d is negative (negative tags are reserved)", tag);
+    coll_drain(g);
+    comm *c = &g->comm;
+    int r = c->collectives && c->collectives->probe ? c->collectives->probe(c, src, tag) : comm_probe(c, src, tag);
+    if (r < 0) /* what came was not a message (a frame cut short, a record that is not one) */
+        g->failed = r;
+    job_end_told(&g->agent.end);
+    return r;
+}
+
 DDP_EXPORT int ddp_recv(ddp_group *g, void *buf, size_t count, ddp_dtype t, int src, int tag) {
     coll_args a;
     TRY(coll_prepare(g, &a, COLL_SEND, buf, buf, count, t, DDP_SUM, src));

@@ -118,6 +118,9 @@ typedef struct comm_transport {
                 bool zero_copy);
     /* The next frame from src with the call's seq and this tag, checked against the call. */
     int (*recv)(comm *c, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame);
+    /* Whether a point-to-point frame from src with tag has come (1) or not yet (0): reads
+     * what has arrived, waits for nothing. */
+    int (*probe)(comm *c, int src, int32_t tag);
     /* A frame's elements copied to dst; or as a pointer valid until the next call. */
     int (*frame_copy_to)(comm *c, comm_frame *f, void *dst);
     int (*frame_data)(comm *c, comm_frame *f, const void **ret_data);
@@ -147,6 +150,8 @@ typedef struct {
      * job, every rank with the same bytes, in the same order). */
     int (*alloc)(comm *c, size_t bytes, void **ret);
     int (*free)(comm *c, void *buf);
+    /* ddp_probe: whether a message from src with tag has come (1) or not yet (0). */
+    int (*probe)(comm *c, int src, int32_t tag);
     void (*close)(comm *c);
 } comm_collectives;
 
@@ -202,6 +207,9 @@ static inline int comm_send(comm *c, int dst, const comm_call *call, int32_t tag
 }
 static inline int comm_recv(comm *c, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame) {
     return comm_route(c, src)->recv(c, src, call, tag, ret_frame);
+}
+static inline int comm_probe(comm *c, int src, int32_t tag) {
+    return comm_route(c, src)->probe(c, src, tag);
 }
 static inline int comm_frame_copy_to(comm *c, comm_frame *f, void *dst) {
     return f->transport->frame_copy_to(c, f, dst);

@@ -251,6 +251,15 @@ static int mailbox_recv(comm *c, int src, const comm_call *call, int32_t tag, co
     return 0;
 }
 
+static int mailbox_probe(comm *c, int src, int32_t tag) {
+    mailbox_state *st = state(c);
+    TRY(drain(c, st)); /* what has come, out of the rings */
+    for (const mailbox_frame *q = st->early[src]; q; q = q->next)
+        if (q->f.h.seq == 0 && q->f.h.tag == tag)
+            return 1;
+    return 0;
+}
+
 static int mailbox_finish(comm *c, int result, uint64_t deadline_ms) {
     (void)c;
     (void)deadline_ms;
@@ -294,6 +303,7 @@ static const comm_transport mailbox_transport = {
     .finish = mailbox_finish,
     .buffers_exposed = mailbox_buffers_exposed,
     .chunk_bytes = mailbox_chunk_bytes,
+    .probe = mailbox_probe,
 };
 
 int comm_mailbox_open(comm *c) {

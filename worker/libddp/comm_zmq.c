@@ -336,6 +336,17 @@ static int zmq_poll_data(comm *c, uint64_t deadline_ms) {
     return 0;
 }
 
+static int zmq_probe(comm *c, int src, int32_t tag) {
+    zmq_plane *p = plane(c);
+    int r = zmq_poll_data(c, clock_now_ms()); /* what has come, at once */
+    if (r < 0 && r != -ETIMEDOUT)
+        return r;
+    for (const zmq_frame *q = p->queue[src]; q; q = q->next)
+        if (q->f.h.seq == 0 && q->f.h.tag == tag)
+            return 1;
+    return 0;
+}
+
 static int zmq_recv_frame(comm *c, int src, const comm_call *call, int32_t tag, comm_frame **ret_frame) {
     zmq_plane *p = plane(c);
     bool waiting = false; /* told to ddpd's stall report once this call blocks */
@@ -520,6 +531,7 @@ static const comm_transport zmq_transport = {
     .buffers_exposed = zmq_buffers_exposed,
     .chunk_bytes = zmq_chunk_bytes,
     .refused = zmq_refused,
+    .probe = zmq_probe,
 };
 
 int comm_zmq_open(comm *c) {

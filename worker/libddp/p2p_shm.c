@@ -137,6 +137,14 @@ static int drain_mailboxes(comm *c, void *p) {
     return drain(c, p);
 }
 
+int p2p_shm_probe(comm *c, p2p_shm *p, int src, int32_t tag) {
+    TRY(drain(c, p)); /* what has come, out of the rings */
+    for (const early *e = p->head[src]; e; e = e->next)
+        if (e->rec.tag == tag)
+            return 1;
+    return 0;
+}
+
 int p2p_shm_send(comm *c, p2p_shm *p, const coll_args *a) {
     const comm_call *call = &a->call;
     int dst = call->root;

@@ -16,3 +16,5 @@ int p2p_shm_open(comm *c, shm_plane *s, p2p_shm **ret);
 void p2p_shm_close(p2p_shm *p);
 int p2p_shm_send(comm *c, p2p_shm *p, const coll_args *a);
 int p2p_shm_recv(comm *c, p2p_shm *p, const coll_args *a);
+/* Whether a message from src with tag has come (1) or not yet (0), taking none. */
+int p2p_shm_probe(comm *c, p2p_shm *p, int src, int32_t tag);

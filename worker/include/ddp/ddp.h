@@ -103,6 +103,9 @@ int ddp_barrier(ddp_group *g);
  * and its recv count. Results are bitwise identical on every rank and from run to run.
  * Each call waits at most timeout_ms; a dead peer ends it with an error naming the rank. */
 int ddp_send(ddp_group *g, const void *buf, size_t count, ddp_dtype t, int dst, int tag);
+/* Whether a message from src with tag has come (1) or not yet (0), without waiting or taking
+ * it (MPI_Iprobe): its ddp_recv will not wait for the sender. */
+int ddp_probe(ddp_group *g, int src, int tag);
 int ddp_recv(ddp_group *g, void *buf, size_t count, ddp_dtype t, int src, int tag);
 int ddp_broadcast(ddp_group *g, void *buf, size_t count, ddp_dtype t, int root);
 int ddp_reduce(ddp_group *g, void *buf, size_t count, ddp_dtype t, ddp_op op, int root);

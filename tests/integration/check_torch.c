@@ -94,6 +94,7 @@ static const program ddp_programs[] = {
     {"collectives.py", NULL, 4, {{": all checks passed", 4}}},
     {"reinit.py", NULL, 2, {{": incarnation 1 done", 2}}},
     {"chained.py", NULL, 2, {{": 40 chains in flight, 3 times: all sums right", 2}}},
+    {"p2p_order.py", NULL, 2, {{": point-to-point around collectives: all patterns done", 2}}},
 };
 
 static void run_program(const program *prog) {

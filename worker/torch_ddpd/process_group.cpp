@@ -187,7 +187,8 @@ void ProcessGroup::check(int r) const {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
-                                                  std::function<void()> body, const std::vector<at::Tensor> &inputs) {
+                                                  std::function<void()> body, const std::vector<at::Tensor> &inputs,
+                                                  int from, int tag) {
     // Refused here, not on the comm thread, where only this rank would see it fail.
     for (const at::Tensor &t : outputs)
         TORCH_CHECK(type == c10d::OpType::SEND || at::has_internal_overlap(t) != at::MemOverlap::Yes, title,
@@ -230,7 +231,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::post(c10d::OpType type, const char 
         c10::OptionalDeviceGuard on(device); // a callback (a DDP comm hook) allocates on the call's GPU
         *error ? work->fail(*error) : work->complete();
     };
-    bool posted = queue_ && queue_->post(std::move(call), std::move(complete));
+    bool posted;
+    if (from >= 0) {
+        ddp_group *group = group_;
+        auto ready = [group, from, tag] { return ddp_probe(group, from, tag) != 0; }; // an error: the recv says it
+        int64_t key = ((int64_t)from << 32) | (uint32_t)tag;
+        posted = queue_ && queue_->post_receive(std::move(call), std::move(complete), std::move(ready), key,
+                                                std::chrono::milliseconds(ddp_timeout_ms(group_)));
+    } else
+        posted = queue_ && queue_->post(std::move(call), std::move(complete));
     TORCH_CHECK(posted, "ddpd: ", title, " on a process group that was shut down");
     return work;
 }
@@ -559,12 +568,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::recv(std::vector<at::Tensor> &tenso
     check_root(src, getSize(), "recv");
     check_peer(src, getRank(), tag, "recv");
     at::Tensor t = tensors[0];
-    return post(c10d::OpType::RECV, "ddpd:recv", tensors, [this, t, src, tag] {
-        Staged s(t, false);
-        Elements e = movement_elements(t);
-        check(ddp_recv(group_, s.data(), e.count, e.dtype, src, tag));
-        s.copy_out();
-    });
+    return post(
+        c10d::OpType::RECV, "ddpd:recv", tensors,
+        [this, t, src, tag] {
+            Staged s(t, false);
+            Elements e = movement_elements(t);
+            check(ddp_recv(group_, s.data(), e.count, e.dtype, src, tag));
+            s.copy_out();
+        },
+        {}, src, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::recvAnysource(std::vector<at::Tensor> &, int) {

@@ -77,8 +77,11 @@ class ProcessGroup : public c10d::ProcessGroup {
     // Runs body on the comm thread, once the caller's GPU streams are done with the
     // tensors; the Work completes with outputs, or with body's error (a failure of
     // torch's, not libddp's, aborts the job: the other ranks would wait for this one).
+    // A receive (from >= 0) is set aside while the message from that rank with tag has not
+    // come, and the calls after it go on (comm_queue.hpp).
     c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
-                                        std::function<void()> body, const std::vector<at::Tensor> &inputs = {});
+                                        std::function<void()> body, const std::vector<at::Tensor> &inputs = {},
+                                        int from = -1, int tag = 0);
     // Throws libddp's account of a failed call.
     void check(int r) const;
     void shutdown();

@@ -1047,7 +1047,8 @@ static void server_on_abort_request(server *s, const wire_msg *msg) {
     }
     char reason[DDP_MAX_REASON], name[DDP_MAX_JOB_NAME + 1];
     ssize_t idx = job_find_member(j, msg->identity, msg->identity_size);
-    if (idx < 0 && msg->env->rank >= 0) {
+    bool recovering_rank = j->recovering && msg->env->generation == j->generation; /* not back yet */
+    if (idx < 0 && msg->env->rank >= 0 && !recovering_rank) {
         /* a rank's ddp_abort (an operator's names none) that is not this job's: of a job of
          * the name that has ended, whose relaunch must not end with it */
         log_info("job '%s': an abort from rank %d of generation %llu, which has ended, left generation %llu alone",
@@ -1055,6 +1056,12 @@ static void server_on_abort_request(server *s, const wire_msg *msg) {
         server_send_error(s, msg, -ESTALE,
                           "abort: this rank is no member of job '%s' (generation %llu): the job it was in has ended",
                           j->name, (unsigned long long)j->generation);
+        return;
+    }
+    if (idx < 0 && msg->env->rank >= 0) { /* a rank of the job that has not rejoined the ddpd that restarted */
+        snprintf(reason, sizeof(reason), "rank %d (pid %u on %.64s) gave up: %.300s", msg->env->rank,
+                 msg->env->abort->pid, msg->env->abort->host, msg->env->abort->reason);
+        server_abort_job(s, j, -1, -ECONNABORTED, reason);
         return;
     }
     if (idx >= 0 && j->state == JOB_RUNNING) { /* a member that cannot go on: the others hear from whom */
@@ -1393,16 +1400,20 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
 
 void server_tick(server *s) {
     uint64_t now = clock_now_ms();
-    if (s->last_tick_ms && now - s->last_tick_ms > (uint64_t)s->opts.heartbeat_ms) {
+    uint64_t expected = (uint64_t)server_tick_ms(s);
+    if (s->last_tick_ms && now - s->last_tick_ms > 2 * expected) {
         /* ddpd did not run (stopped, starved, swapped out): what the members sent meanwhile
-         * is still on its way in, so their silence says nothing yet; each gets a window anew */
-        log_ratelimited(&s->stall_log, LOG_LEVEL_WARN,
-                        "ddpd did not run for %llu ms: no member is judged by its silence until a window after",
-                        (unsigned long long)(now - s->last_tick_ms));
+         * is still on its way in, so that time does not count as their silence */
+        uint64_t gap = now - s->last_tick_ms - expected;
+        if (gap >= (uint64_t)s->opts.heartbeat_ms)
+            log_ratelimited(&s->stall_log, LOG_LEVEL_WARN,
+                            "ddpd did not run for %llu ms: not counted as the members' silence",
+                            (unsigned long long)gap);
         for (size_t i = 0; i < s->n_jobs; i++)
-            for (size_t k = 0; k < s->jobs[i]->n_members; k++)
-                if (s->jobs[i]->members[k].last_heard_ms < now)
-                    s->jobs[i]->members[k].last_heard_ms = now;
+            for (size_t k = 0; k < s->jobs[i]->n_members; k++) {
+                job_member *m = &s->jobs[i]->members[k];
+                m->last_heard_ms = m->last_heard_ms + gap < now ? m->last_heard_ms + gap : now;
+            }
     }
     s->last_tick_ms = now;
     if (now >= s->next_heartbeat_ms) {

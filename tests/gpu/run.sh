@@ -58,6 +58,15 @@ limit() { # S: prints the seconds a step may take, at most S; fails when too few
   [ "$left" -ge 15 ] || return 1
   echo $((left < $1 ? left : $1))
 }
+bounded() { # S COMMAND...: COMMAND within limit S; exit 125 (said) when the budget is spent
+  local t
+  if ! t=$(limit "$1"); then
+    echo "skipped: the run's budget of $budget s is spent"
+    return 125
+  fi
+  shift
+  timeout -k 5 "$t" "$@"
+}
 worker() { # N args...: a job of N workers; prints rank 0's RESULT line
   local n=$1 t
   shift
@@ -89,7 +98,7 @@ if [ -z "$module" ] || [ -n "$missing" ]; then # every GPU step would fail the s
 fi
 
 # 1. The CUDA backend against the CPU backend, op by op (77: it found no usable GPU).
-timeout -k 5 "$(limit 120 || echo 1)" "$build/bin/check_backend_cuda" >"$out/check" 2>&1
+bounded 120 "$build/bin/check_backend_cuda" >"$out/check" 2>&1
 code=$?
 if [ "$code" -eq 0 ]; then
   say "check_backend_cuda: passed"
@@ -133,7 +142,7 @@ say "mlp 50 steps, 2 workers ddp --devices 0,0: $result"
 r=$(worker 1 --model mlp --steps 50 --mode ddp --device cuda:0 --transport nccl) || cat "$out/stderr"
 outcome "$r"
 say "mlp 50 steps, 1 worker ddp --transport nccl: $result"
-if timeout -k 5 "$(limit 60 || echo 1)" "$build/bin/ddp-run" -n 1 -- "$build/bin/ddp-worker" --data "$data" --steps 1 --device cuda:99 \
+if bounded 60 "$build/bin/ddp-run" -n 1 -- "$build/bin/ddp-worker" --data "$data" --steps 1 --device cuda:99 \
   >"$out/bad" 2>&1; then
   failed=$((failed + 1))
   say "--device cuda:99: FAILED (it ran)"
@@ -170,7 +179,7 @@ PY
 done
 
 # 4. cuBLAS SGEMM against the card's FP32 peak.
-timeout -k 5 "$(limit 120 || echo 1)" "$build/bin/gemm-bench" >"$out/gemm" 2>&1 || { cat "$out/gemm"; failed=$((failed + 1)); }
+bounded 120 "$build/bin/gemm-bench" >"$out/gemm" 2>&1 || { cat "$out/gemm"; failed=$((failed + 1)); }
 while read -r l; do summary+=("$l"); done < <(grep '^gemm' "$out/gemm")
 
 echo

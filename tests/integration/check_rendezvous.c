@@ -275,8 +275,9 @@ static bool address_beyond_loopback(char *ip, size_t size) {
 
 /* A ddpd at an address beyond loopback (so its members judge it by its silence alone, as
  * one on another host) that stalls past their liveness window while rank 0's push of step
- * 0 waits in it: rank 0 rejoins, finds the same ddpd, and sends nothing again (its push sent
- * twice ended the job: "pushed step 0 twice"); the step completes once rank 1 pushes. */
+ * 0 waits in it: the ranks rejoin and find the same ddpd; rank 0 sends nothing again (its
+ * push sent twice ended the job: "pushed step 0 twice"), rank 1 sends the push it made
+ * while ddpd was away (held then), and the step completes. */
 START_TEST(test_stalled_remote_ddpd) {
     char ip[INET_ADDRSTRLEN], listen[64], late[64];
     if (!address_beyond_loopback(ip, sizeof(ip))) {
@@ -299,12 +300,16 @@ START_TEST(test_stalled_remote_ddpd) {
                   proc_output_tail(&ranks[0]));
     ck_assert_msg(proc_expect(&ranks[0], "ps pushed 0", WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[0]));
     proc_signal(&d.p, SIGSTOP);
-    usleep(1000 * 1000); /* the members' window: 3 x 100 ms */
-    proc_signal(&d.p, SIGCONT);
-    ck_assert_msg(proc_expect(&ranks[0], "rejoined ddpd", WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[0]));
+    /* past the members' window (3 x 100 ms): rank 1 pushes while it rejoins, a push that
+     * waits for ddpd's answer and must then go to it, the same ddpd all the same */
+    ck_assert_msg(proc_expect(&ranks[1], "lost the coordinator", WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[1]));
     FILE *f = fopen(late, "w");
     ck_assert_ptr_nonnull(f);
     fclose(f);
+    ck_assert_msg(proc_expect(&ranks[1], "ps pushed 0", WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[1]));
+    proc_signal(&d.p, SIGCONT);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_expect(&ranks[r], "rejoined ddpd", WAIT_MS, NULL, 0), "%s", proc_output_tail(&ranks[r]));
     for (int r = 0; r < 2; r++) {
         ck_assert_msg(proc_expect(&ranks[r], "ps pulled 1", WAIT_MS, NULL, 0), "rank %d: %s", r,
                       proc_output_tail(&ranks[r]));

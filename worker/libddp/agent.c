@@ -29,6 +29,7 @@ struct agent_pushes {
     uint64_t *step;       /* the saved push's */
     uint64_t *heard;      /* the step after the last average that came as a message (the agent thread's) */
     bool *saved, *framed; /* a push of the bucket awaits its average; it came with a payload */
+    bool *held;           /* ... made while ddpd was away: not sent to any ddpd yet */
     bool frames;          /* since a rejoin: the new ddpd holds no segment, every push is a frame */
     char *average;        /* ddpd's average segment, or NULL; its counters are final once that ddpd is gone */
     size_t float_bytes;
@@ -114,6 +115,7 @@ static void agent_forward(agent *a, bool remember, uint64_t seq, bool held) {
             zmq_msg_init(&a->pending);
             a->has_pending = zmq_msg_copy(&a->pending, &frame) == 0;
             a->pending_seq = seq;
+            a->pending_held = held;
             if (held) {
                 zmq_msg_close(&frame);
                 return;
@@ -134,7 +136,7 @@ static void agent_push_forget(struct agent_pushes *p, size_t b) {
     zmq_msg_close(&p->env[b]);
     if (p->framed[b])
         zmq_msg_close(&p->payload[b]);
-    p->saved[b] = p->framed[b] = false;
+    p->saved[b] = p->framed[b] = p->held[b] = false;
 }
 
 static void agent_pushes_free(struct agent_pushes *p) {
@@ -151,6 +153,7 @@ static void agent_pushes_free(struct agent_pushes *p) {
     free(p->heard);
     free(p->saved);
     free(p->framed);
+    free(p->held);
     free(p);
 }
 
@@ -218,6 +221,7 @@ static void agent_forward_push(agent *a, uint32_t bucket, uint64_t step, bool he
         p->step[bucket] = step;
         p->saved[bucket] = true;
         p->framed[bucket] = framed;
+        p->held[bucket] = held;
     }
     if (held) {
         zmq_msg_close(&env);
@@ -231,19 +235,22 @@ static void agent_forward_push(agent *a, uint32_t bucket, uint64_t step, bool he
         pthread_mutex_unlock(&p->lock);
 }
 
-/* After a rejoin: every push that has no average yet goes again, to the new ddpd. */
-static void agent_send_pushes_again(agent *a) {
+/* After a rejoin: every push that has no average yet goes again, to the new ddpd; or, back
+ * at the same ddpd (held_only), the pushes made while it was away, which it never had. */
+static void agent_send_pushes_again(agent *a, bool held_only) {
     struct agent_pushes *p = a->pushes;
     if (!p)
         return;
     pthread_mutex_lock(&p->lock);
     bool shared = p->average && !p->frames; /* the first restart: the segment's counters say what was averaged */
-    p->frames = true;
+    if (!held_only)
+        p->frames = true;
     for (size_t b = 0; b < p->n; b++) {
-        if (p->saved[b] && shared && p->step[b] < agent_averaged(p, b))
+        if (!held_only && p->saved[b] && shared && p->step[b] < agent_averaged(p, b))
             agent_push_forget(p, b); /* averaged by the ddpd that went away: the rank reads it in its segment */
-        if (!p->saved[b])
+        if (!p->saved[b] || (held_only && !p->held[b]))
             continue;
+        p->held[b] = false;
         zmq_msg_t env, payload;
         zmq_msg_init(&env);
         zmq_msg_copy(&env, &p->env[b]);
@@ -428,16 +435,15 @@ static void agent_on_heartbeat(agent *a, agent_view *v, const Ddp__Envelope *env
             (double)(now - v->rejoin_since) / 1000.0, same ? " (the same ddpd, silent meanwhile)" : "");
     v->rejoin_since = 0;
     v->next_beat = now;
-    if (same)
-        return;
-    if (a->has_pending) { /* asked of the ddpd that went away: ask the new one */
+    if (a->has_pending && (!same || a->pending_held)) { /* asked of the ddpd that went away, or not asked yet */
         zmq_msg_t copy;
         zmq_msg_init(&copy);
         zmq_msg_copy(&copy, &a->pending);
         if (zmq_msg_send(&copy, a->control, ZMQ_DONTWAIT) < 0)
             zmq_msg_close(&copy);
     }
-    agent_send_pushes_again(a);
+    a->pending_held = false;
+    agent_send_pushes_again(a, same);
 }
 
 /* ddpd does not know this member (-ENXIO), answering a heartbeat, a request or a push: it
@@ -843,7 +849,8 @@ int agent_set_ps(agent *a, size_t n_buckets, char *segment, char *average, const
     if (!p || !(p->offset = calloc(n_buckets, sizeof(size_t))) || !(p->size = calloc(n_buckets, sizeof(size_t))) ||
         !(p->env = calloc(n_buckets, sizeof(zmq_msg_t))) || !(p->payload = calloc(n_buckets, sizeof(zmq_msg_t))) ||
         !(p->step = calloc(n_buckets, sizeof(uint64_t))) || !(p->heard = calloc(n_buckets, sizeof(uint64_t))) ||
-        !(p->saved = calloc(n_buckets, sizeof(bool))) || !(p->framed = calloc(n_buckets, sizeof(bool)))) {
+        !(p->saved = calloc(n_buckets, sizeof(bool))) || !(p->framed = calloc(n_buckets, sizeof(bool))) ||
+        !(p->held = calloc(n_buckets, sizeof(bool)))) {
         agent_pushes_free(p);
         return -ENOMEM;
     }

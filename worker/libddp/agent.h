@@ -45,6 +45,7 @@ typedef struct {
      * ddpd that restarted before it answered */
     zmq_msg_t pending;
     bool has_pending;
+    bool pending_held; /* made while ddpd was away: not sent to any ddpd yet */
     uint64_t pending_seq;
     /* ps mode: each bucket's push until its average comes (the agent thread's), sent again
      * to a ddpd that restarted: as a frame, from the push segment when it went in shared

@@ -36,7 +36,7 @@ typedef enum {
 const char *coll_kind_name(coll_kind kind);
 
 #define COMM_MAGIC 0x44445044u /* "DPDD" little-endian */
-#define COMM_VERSION 1
+#define COMM_VERSION 2 /* 2: an empty point-to-point message is a frame */
 
 /* Little-endian on the wire, as every supported host is. */
 typedef struct {

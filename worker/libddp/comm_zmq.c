@@ -341,6 +341,9 @@ static int zmq_probe(comm *c, int src, int32_t tag) {
     int r = zmq_poll_data(c, clock_now_ms()); /* what has come, at once */
     if (r < 0 && r != -ETIMEDOUT)
         return r;
+    if (p->overflowed) /* what was dropped may be the message asked about */
+        return comm_fail(c, -ENOBUFS, "a frame from rank %d was dropped (%s): what follows it cannot be matched",
+                         p->overflowed - 1, p->dropped_why);
     for (const zmq_frame *q = p->queue[src]; q; q = q->next)
         if (q->f.h.seq == 0 && q->f.h.tag == tag)
             return 1;

@@ -76,7 +76,9 @@ static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 #define N_HANDLED (sizeof(handled_signals) / sizeof(handled_signals[0]))
 
 static int signal_pipe[2] = {-1, -1};
-static volatile sig_atomic_t signal_seen[N_HANDLED]; /* how many came: a second Ctrl-C is not the first */
+/* Whether each came: two of one kind before the loop looks are one (GNU timeout sends its
+ * child SIGTERM, then its whole group: a second signal would kill the ranks at once). */
+static volatile sig_atomic_t signal_seen[N_HANDLED];
 /* Ignored when we started (nohup, a script's background job): left ignored, for us and for
  * the ranks, as a shell would. */
 static bool signal_ignored[N_HANDLED];
@@ -84,8 +86,8 @@ static bool signal_ignored[N_HANDLED];
 static void launcher_on_signal(int sig) {
     int saved_errno = errno;
     for (size_t i = 0; i < N_HANDLED; i++)
-        if (handled_signals[i] == sig && signal_seen[i] < 2) /* the handler does not nest for one signal */
-            signal_seen[i]++;
+        if (handled_signals[i] == sig)
+            signal_seen[i] = 1;
     /* Only a wakeup: if the pipe is full, one is already pending. */
     ssize_t w = write(signal_pipe[1], "s", 1);
     (void)w;
@@ -128,10 +130,9 @@ static void signals_restore(const saved_signals *saved) {
     }
 }
 
-/* Empties the self-pipe and returns how many of each signal arrived since the last call
- * (up to 2): taken with the signals held, so that one arriving between the read and the
- * clear is not lost. */
-static void signals_take(int seen[N_HANDLED]) {
+/* Empties the self-pipe and returns which signals arrived since the last call: taken with
+ * the signals held, so that one arriving between the read and the clear is not lost. */
+static void signals_take(bool seen[N_HANDLED]) {
     char drain[64];
     while (read(signal_pipe[0], drain, sizeof(drain)) > 0)
         ;
@@ -436,11 +437,11 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
             if (pfds[i].revents && owners[i])
                 line_stream_read(owners[i]);
         if (pfds[0].revents) {
-            int seen[N_HANDLED];
+            bool seen[N_HANDLED];
             signals_take(seen);
             check_children = seen[0];
             for (size_t i = 1; i < N_HANDLED; i++)
-                for (int k = 0; k < seen[i]; k++)
+                if (seen[i])
                     launcher_on_stop_signal(l, handled_signals[i]);
         }
     }
@@ -650,7 +651,7 @@ static void launcher_end_leftovers(launcher *l) {
 
 /* A stop signal that came once the ranks were gone: no restart after it (ddp-run's
  * --max-restarts, ddp-compare's next mode), and the exit code says it unless a rank's did. */
-static void launcher_note_stop(launcher *l, const int seen[N_HANDLED]) {
+static void launcher_note_stop(launcher *l, const bool seen[N_HANDLED]) {
     for (size_t i = 1; i < N_HANDLED; i++) /* [0] is SIGCHLD */
         if (seen[i] && !l->told_to_stop) {
             l->told_to_stop = handled_signals[i];
@@ -660,7 +661,7 @@ static void launcher_note_stop(launcher *l, const int seen[N_HANDLED]) {
 
 /* The rest of our output, as long as our reader takes it; a stop signal drops it. */
 static void launcher_flush_output(launcher *l) {
-    int seen[N_HANDLED];
+    bool seen[N_HANDLED];
     while (!out_queue_flush(&l->out, signal_pipe[0])) {
         signals_take(seen);
         launcher_note_stop(l, seen);

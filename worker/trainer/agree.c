@@ -47,6 +47,12 @@ static void describe(const setting *s, uint64_t v, char *buf, size_t size) {
 int trainer_agree(trainer *t) {
     const worker_options *o = t->opts;
     const dataset *d = &t->data;
+    const model_spec *spec = &t->m.spec;
+    /* what the flags make, where two spellings make the same: the layers (mlp or
+     * 784-512-256-10), the buckets (ddp and ps modes; --bucket-mb and --devices make them),
+     * the epochs only where --steps does not end the run first, nccl or libddp's own */
+    uint64_t layers = digest(spec->sizes, (size_t)(spec->n_layers + 1) * sizeof(spec->sizes[0])) ^ (uint64_t)spec->loss;
+    uint64_t buckets = strcmp(t->mode->name, "dp") ? digest(&t->buckets, sizeof(t->buckets)) : 0;
     const setting settings[] = {
         {"--model", SETTING_TEXT, o->model},
         {"--batch-size", SETTING_INT, NULL},
@@ -56,8 +62,8 @@ int trainer_agree(trainer *t) {
         {"--sampler", SETTING_TEXT, o->sampler},
         {"--epochs", SETTING_INT, NULL},
         {"--steps", SETTING_INT, NULL},
-        {"--bucket-mb", SETTING_REAL, NULL},
-        {"--transport", SETTING_TEXT, o->transport},
+        {"--bucket-mb or --devices (the gradient buckets they make)", SETTING_INT, NULL},
+        {"--transport nccl (1: given)", SETTING_INT, NULL},
         {"--resume (1: given)", SETTING_INT, NULL},
         {"--metrics (1: given)", SETTING_INT, NULL},
         {"training samples in --data", SETTING_INT, NULL},
@@ -66,16 +72,16 @@ int trainer_agree(trainer *t) {
     };
     enum { N = sizeof(settings) / sizeof(settings[0]) };
     uint64_t mine[N] = {
-        digest(o->model, strlen(o->model)),
+        layers,
         (uint64_t)o->batch_size,
         real_bits(o->lr),
         real_bits(o->momentum),
         (uint64_t)o->seed,
         digest(o->sampler, strlen(o->sampler)),
-        (uint64_t)o->epochs,
+        o->steps ? 0 : (uint64_t)o->epochs,
         (uint64_t)o->steps,
-        real_bits(o->bucket_mb),
-        digest(o->transport, strlen(o->transport)),
+        buckets,
+        !strcmp(o->transport, "nccl"),
         o->resume,
         o->metrics != NULL,
         d->train.n,
@@ -95,6 +101,8 @@ int trainer_agree(trainer *t) {
     int32_t same = differs < 0, all_same = same;
     if ((r = ddp_all_reduce(t->g, &all_same, 1, DDP_I32, DDP_MIN)) < 0)
         return trainer_fail(t, r, "comparing the ranks' settings: %s", ddp_last_error(t->g));
+    if (!all_same) /* every rank has the verdict before one's abort, next, can overtake it */
+        (void)ddp_barrier(t->g);
     if (differs >= 0) {
         const setting *s = &settings[differs];
         char own[256], zero[256];

@@ -203,6 +203,10 @@ int comm_expect_range(comm *c, const comm_frame *f, const comm_call *call, uint6
 }
 
 void comm_report_waiting(comm *c, int src, const comm_call *call, int32_t tag) {
+    comm_report_waiting_as(c, src, call, tag, false);
+}
+
+void comm_report_waiting_as(comm *c, int src, const comm_call *call, int32_t tag, bool sending) {
     if (!c->waiting)
         return;
     if (src < 0) {
@@ -211,7 +215,7 @@ void comm_report_waiting(comm *c, int src, const comm_call *call, int32_t tag) {
     }
     char what[64];
     if (call->kind == COLL_SEND)
-        snprintf(what, sizeof(what), "recv (tag %d)", tag);
+        snprintf(what, sizeof(what), "%s (tag %d)", sending ? "send" : "recv", tag);
     else
         snprintf(what, sizeof(what), "%s #%llu", coll_kind_name(call->kind), (unsigned long long)call->seq);
     c->waiting(c->waiting_ctx, src, what);

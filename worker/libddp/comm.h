@@ -273,6 +273,8 @@ int comm_check_stale(comm *c, const comm_header *h, const comm_call *call);
 int comm_expect_range(comm *c, const comm_frame *f, const comm_call *call, uint64_t offset, uint64_t n);
 /* A wait blocks on src for the call (tag for point-to-point), or no longer (src -1). */
 void comm_report_waiting(comm *c, int src, const comm_call *call, int32_t tag);
+/* The same, for a wait that may be a send's (point-to-point: "send (tag N)"). */
+void comm_report_waiting_as(comm *c, int src, const comm_call *call, int32_t tag, bool sending);
 /* The timeout of a wait on src, with what was dropped meanwhile (extra, may be ""). */
 int comm_timed_out(comm *c, int src, const comm_call *call, int32_t tag, const char *extra);
 /* Counts a frame sent to, or received from, peer. */

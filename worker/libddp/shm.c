@@ -334,7 +334,7 @@ int shm_wait_room(comm *c, const shm_plane *s, int dst, shm_flag room, uint64_t 
             continue;
         }
         if (!reported) { /* ddpd's stall report names dst while this lasts */
-            comm_report_waiting(c, dst, call, tag);
+            comm_report_waiting_as(c, dst, call, tag, true);
             reported = true;
         }
         if ((err = comm_check_peer(c, dst, call)) < 0)

@@ -29,6 +29,8 @@ struct shm_plane {
     uint64_t phase;      /* the last phase this rank posted */
     uint64_t release;    /* the phase after which no peer reads this rank's buffer */
     uint64_t begun;      /* collectives begun: the current one is every rank's record begun - 1 */
+    bool *checked;       /* world: the current call's record of that peer was found the same */
+    int n_checked;       /* how many peers' */
     bool crowded;        /* more ranks than CPUs to run them: a waiter yields its CPU as it spins */
     shm_region *regions; /* by id, in the order the ranks allocated them (bytes 0: freed) */
     int n_regions;
@@ -135,6 +137,10 @@ static int compare_call(comm *c, const shm_call *theirs, int r, const comm_call 
  * has not given up on it. */
 static int check_call(comm *c, shm_plane *s, int r, const comm_call *call) {
     TRY(compare_call(c, current(s, r), r, call));
+    if (!s->checked[r]) {
+        s->checked[r] = true;
+        s->n_checked++;
+    }
     return gave_up(s, r, call) ? peer_gave_up(c, r, call) : 0;
 }
 
@@ -178,9 +184,11 @@ static int region_of(const shm_plane *s, const void *p, size_t bytes, uint64_t *
 }
 
 int shm_begin(comm *c, shm_plane *s, const comm_call *call, const void *input, bool in_place) {
-    TRY(shm_wait_free(c, s, call)); /* every peer is done with the last collective, its check included */
-    if (s->begun)
+    TRY(shm_wait_free(c, s, call));              /* every peer is done with the last collective, its check included */
+    if (s->begun && s->n_checked < s->world - 1) /* the last call did not wait for every peer */
         TRY(check_last_call(c, s));
+    memset(s->checked, 0, (size_t)s->world * sizeof(bool));
+    s->n_checked = 0;
     uint64_t offset = 0;
     int region = region_of(s, input, call->count * dtype_size(call->t), &offset);
     s->begun++;
@@ -400,6 +408,7 @@ void shm_close_plane(shm_plane *s) {
         }
     free(s->regions);
     free((void *)s->inputs);
+    free(s->checked);
     free(s);
 }
 
@@ -416,7 +425,10 @@ int shm_open_plane(comm *c, shm_plane **ret) {
     s->crowded = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < here;
     s->segments = calloc((size_t)s->world, sizeof(char *));
     s->inputs = calloc((size_t)s->world, sizeof(char *));
-    int r = s->segments && s->inputs ? shm_handover(c, "ddp-shm", shm_segment_bytes(s->world), s->segments) : -ENOMEM;
+    s->checked = calloc((size_t)s->world, sizeof(bool));
+    int r = s->segments && s->inputs && s->checked
+                ? shm_handover(c, "ddp-shm", shm_segment_bytes(s->world), s->segments)
+                : -ENOMEM;
     if (r < 0) {
         if (r == -ENOMEM)
             comm_fail(c, r, "out of memory");

@@ -66,23 +66,25 @@ static void start_as_other(proc *p, int rank, const char *const *argv) {
     start_as(p, OTHER_UID, rank, argv);
 }
 
-static void ddpctl_as(proc *p, bool other, const char *command, const char *job) {
-    const char *mine[] = {DDPCTL_PATH, "--coordinator", endpoint, command, job, NULL};
-    if (!other) {
-        proc_start(p, mine, NULL);
-        return;
+/* ddpctl COMMAND JOB as root or as the other user, with --owner OWNER unless NULL. */
+static void ddpctl_owner_as(proc *p, bool other, const char *owner, const char *command, const char *job) {
+    const char *argv[16] = {"/usr/bin/setpriv", "--reuid=" OTHER_UID, "--regid=" OTHER_UID, "--clear-groups"};
+    size_t n = other ? 4 : 0; /* root runs ddpctl itself */
+    argv[n++] = DDPCTL_PATH;
+    argv[n++] = "--coordinator";
+    argv[n++] = endpoint;
+    if (owner) {
+        argv[n++] = "--owner";
+        argv[n++] = owner;
     }
-    const char *theirs[] = {"/usr/bin/setpriv",
-                            "--reuid=" OTHER_UID,
-                            "--regid=" OTHER_UID,
-                            "--clear-groups",
-                            DDPCTL_PATH,
-                            "--coordinator",
-                            endpoint,
-                            command,
-                            job,
-                            NULL};
-    proc_start(p, theirs, NULL);
+    argv[n++] = command;
+    argv[n++] = job; /* NULL (status): the end */
+    argv[n] = NULL;
+    proc_start(p, argv, NULL);
+}
+
+static void ddpctl_as(proc *p, bool other, const char *command, const char *job) {
+    ddpctl_owner_as(p, other, NULL, command, job);
 }
 
 START_TEST(test_other_user) {
@@ -173,24 +175,11 @@ START_TEST(test_abort_names_the_owner) {
     ck_assert_msg(strstr(proc_output(&ctl), "2 users have a job 'lab': say whose (ddpctl abort --owner USER lab"), "%s",
                   proc_output_tail(&ctl));
     proc_close(&ctl);
-    const char *not_yours[] = {"/usr/bin/setpriv",
-                               "--reuid=" OTHER_UID,
-                               "--regid=" OTHER_UID,
-                               "--clear-groups",
-                               DDPCTL_PATH,
-                               "--coordinator",
-                               endpoint,
-                               "--owner",
-                               "daemon",
-                               "abort",
-                               "lab",
-                               NULL};
-    proc_start(&ctl, not_yours, NULL);
+    ddpctl_owner_as(&ctl, true, "daemon", "abort", "lab");
     ck_assert_int_ne(proc_wait(&ctl, WAIT_MS), 0);
     ck_assert_msg(strstr(proc_output(&ctl), "only root and operators end another's"), "%s", proc_output_tail(&ctl));
     proc_close(&ctl);
-    const char *owned[] = {DDPCTL_PATH, "--coordinator", endpoint, "--owner", "daemon", "abort", "lab", NULL};
-    proc_start(&ctl, owned, NULL);
+    ddpctl_owner_as(&ctl, false, "daemon", "abort", "lab");
     ck_assert_msg(proc_wait(&ctl, WAIT_MS) == 0, "%s", proc_output_tail(&ctl));
     proc_close(&ctl);
     ck_assert_int_ne(proc_wait(&theirs[1], WAIT_MS), 0);

@@ -336,14 +336,21 @@ static int zmq_poll_data(comm *c, uint64_t deadline_ms) {
     return 0;
 }
 
+/* A frame of the job's that the queue could not hold is lost: no recv may be matched after
+ * it (a later one would take the next message in its place). */
+static int zmq_overflow_error(comm *c) {
+    zmq_plane *p = plane(c);
+    return comm_fail(c, -ENOBUFS, "a frame from rank %d was dropped (%s): what follows it cannot be matched",
+                     p->overflowed - 1, p->dropped_why);
+}
+
 static int zmq_probe(comm *c, int src, int32_t tag) {
     zmq_plane *p = plane(c);
     int r = zmq_poll_data(c, clock_now_ms()); /* what has come, at once */
     if (r < 0 && r != -ETIMEDOUT)
         return r;
     if (p->overflowed) /* what was dropped may be the message asked about */
-        return comm_fail(c, -ENOBUFS, "a frame from rank %d was dropped (%s): what follows it cannot be matched",
-                         p->overflowed - 1, p->dropped_why);
+        return zmq_overflow_error(c);
     for (const zmq_frame *q = p->queue[src]; q; q = q->next)
         if (q->f.h.seq == 0 && q->f.h.tag == tag)
             return 1;
@@ -355,8 +362,7 @@ static int zmq_recv_frame(comm *c, int src, const comm_call *call, int32_t tag, 
     bool waiting = false; /* told to ddpd's stall report once this call blocks */
     for (;;) {
         if (p->overflowed)
-            return comm_fail(c, -ENOBUFS, "a frame from rank %d was dropped (%s): what follows it cannot be matched",
-                             p->overflowed - 1, p->dropped_why);
+            return zmq_overflow_error(c);
         for (const zmq_frame *q = p->queue[src]; q; q = q->next)
             TRY(comm_check_stale(c, &q->f.h, call));
         zmq_frame *z = zmq_take(p, src, call->seq, tag);

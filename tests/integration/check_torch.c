@@ -95,6 +95,7 @@ static const program ddp_programs[] = {
     {"reinit.py", NULL, 2, {{": incarnation 1 done", 2}}},
     {"chained.py", NULL, 2, {{": 40 chains in flight, 3 times: all sums right", 2}}},
     {"p2p_order.py", NULL, 2, {{": point-to-point around collectives: all patterns done", 2}}},
+    {"exit_callback.py", NULL, 2, {{": exiting with a callback in flight", 2}}},
 };
 
 static void run_program(const program *prog) {

@@ -3,12 +3,13 @@
 #include <Python.h>
 #include <climits>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <random>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
@@ -24,10 +25,13 @@ namespace torch_ddpd {
 namespace {
 
 // The groups still open, for shutdown_all at exit (torch keeps the default group in a
-// global that may never be destroyed). The lock is held while a group shuts down, so
-// that shutdown_all and a group's destructor never shut one down at once.
+// global that may never be destroyed). Weak references: shutdown_all holds a group
+// while it shuts it down, so that its last reference, dropped meanwhile (by a callback
+// on the group's own comm thread, which shutdown_all waits for), cannot shut it down
+// at once; and a group whose last reference has gone shuts itself down, never both.
+// The lock guards the map only: nothing waits while holding it.
 std::mutex open_groups_mutex;
-std::set<ProcessGroup *> open_groups;
+std::map<const ProcessGroup *, c10::weak_intrusive_ptr<ProcessGroup>> open_groups;
 int groups_created = 0;
 
 const size_t max_job_name = 64; // bytes, as ddpd takes them
@@ -143,33 +147,53 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::create(const c10::intrusive
             // a store without deleteKey: a group made again on it may join the old name
         }
     }
-    return c10::make_intrusive<ProcessGroup>(group, rank, size);
+    auto pg = c10::make_intrusive<ProcessGroup>(group, rank, size);
+    std::lock_guard<std::mutex> lock(open_groups_mutex);
+    open_groups.emplace(pg.get(), c10::weak_intrusive_ptr<ProcessGroup>(pg));
+    return pg;
 }
 
 void ProcessGroup::shutdown_all() {
-    std::lock_guard<std::mutex> lock(open_groups_mutex);
-    for (ProcessGroup *g : open_groups)
+    std::vector<c10::intrusive_ptr<ProcessGroup>> groups;
+    {
+        std::lock_guard<std::mutex> lock(open_groups_mutex);
+        for (auto &entry : open_groups)
+            if (auto g = entry.second.lock()) // none: its last reference went, it shuts itself down
+                groups.push_back(std::move(g));
+        open_groups.clear();
+    }
+    for (auto &g : groups)
         g->shutdown();
-    open_groups.clear();
 }
 
 ProcessGroup::ProcessGroup(ddp_group *group, int rank, int size)
     : c10d::ProcessGroup(rank, size), group_(group), queue_(new CommQueue()) {
-    std::lock_guard<std::mutex> lock(open_groups_mutex);
-    open_groups.insert(this);
+}
+
+// The last reference went while open_groups held a weak one (the object itself goes
+// when that does, at once: see close).
+void ProcessGroup::release_resources() {
+    close();
 }
 
 ProcessGroup::~ProcessGroup() {
+    close(); // done already, unless the group was never in open_groups or shutdown_all ran
+}
+
+void ProcessGroup::close() {
     // What is still queued may complete futures whose callbacks take the GIL.
     std::unique_ptr<pybind11::gil_scoped_release> no_gil;
     if (Py_IsInitialized() && PyGILState_Check())
         no_gil.reset(new pybind11::gil_scoped_release());
-    std::lock_guard<std::mutex> lock(open_groups_mutex);
-    open_groups.erase(this);
+    {
+        std::lock_guard<std::mutex> lock(open_groups_mutex);
+        open_groups.erase(this);
+    }
     shutdown();
 }
 
-// Under open_groups_mutex, without the GIL.
+// By one thread at a time (the one that holds the last reference, or shutdown_all, which
+// holds one), without the GIL.
 void ProcessGroup::shutdown() {
     if (!queue_)
         return;

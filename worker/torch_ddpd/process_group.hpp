@@ -35,6 +35,8 @@ class ProcessGroup : public c10d::ProcessGroup {
 
     ProcessGroup(ddp_group *group, int rank, int size);
     ~ProcessGroup() override;
+    // intrusive_ptr's call when the last reference goes and a weak one is left: close.
+    void release_resources() override;
 
     const std::string getBackendName() const override {
         return "ddpd";
@@ -84,6 +86,7 @@ class ProcessGroup : public c10d::ProcessGroup {
                                         int from = -1, int tag = 0);
     // Throws libddp's account of a failed call.
     void check(int r) const;
+    void close(); // leaves open_groups, then shutdown
     void shutdown();
     void scatter_rounds(const void *send, void *recv, size_t count, ddp_dtype dtype) const;
 

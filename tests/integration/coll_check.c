@@ -238,6 +238,12 @@ static void run_reductions(ddp_group *g, uint64_t count, ddp_dtype t, size_t es,
         check_call(ddp_reduce_scatter(g, big, out, count, t, (ddp_op)op), g, "reduce_scatter", count, t, op);
         EXPECT_ELEMENTS("reduce_scatter", count, t, op, count, out,
                         reference((uint64_t)rank * count + i, t, (ddp_op)op));
+        /* in place: recv is this rank's part of send */
+        fill_input(big, rank, (uint64_t)world * count, t);
+        char *own = (char *)big + (size_t)rank * count * es;
+        check_call(ddp_reduce_scatter(g, big, own, count, t, (ddp_op)op), g, "reduce_scatter in place", count, t, op);
+        EXPECT_ELEMENTS("reduce_scatter in place", count, t, op, count, own,
+                        reference((uint64_t)rank * count + i, t, (ddp_op)op));
     }
     release(g, buf);
     release(g, big);
@@ -272,6 +278,36 @@ static void run_data_movement(ddp_group *g, uint64_t count, ddp_dtype t, size_t 
     check_call(ddp_all_gather(g, mine, big, count, t), g, "all_gather", count, t, -1);
     EXPECT_ELEMENTS("all_gather", count, t, -1, (uint64_t)world * count, big,
                     input_value((int)(i / count), i % count, t));
+
+    /* in place (MPI_IN_PLACE's forms): this rank's part of the buffer of all is its own */
+    char *own = big + (size_t)rank * bytes;
+    memset(big, 0, all);
+    fill_input(rank == root ? big + (size_t)root * bytes : mine, rank, count, t);
+    check_call(
+        ddp_gather(g, rank == root ? big + (size_t)root * bytes : mine, rank == root ? big : NULL, count, t, root), g,
+        "gather in place", count, t, -1);
+    if (rank == root)
+        EXPECT_ELEMENTS("gather in place", count, t, -1, (uint64_t)world * count, big,
+                        input_value((int)(i / count), i % count, t));
+    if (rank == root)
+        for (int k = 0; k < world; k++)
+            fill_input(big + (size_t)k * bytes, k, count, t);
+    else
+        memset(buf, 0, bytes);
+    char *scattered = rank == root ? big + (size_t)root * bytes : buf;
+    check_call(ddp_scatter(g, rank == root ? big : NULL, scattered, count, t, root), g, "scatter in place", count, t,
+               -1);
+    EXPECT_ELEMENTS("scatter in place", count, t, -1, count, scattered, input_value(rank, i, t));
+    memset(big, 0, all);
+    fill_input(own, rank, count, t);
+    check_call(ddp_all_gather(g, own, big, count, t), g, "all_gather in place", count, t, -1);
+    EXPECT_ELEMENTS("all_gather in place", count, t, -1, (uint64_t)world * count, big,
+                    input_value((int)(i / count), i % count, t));
+    if (count > 1 && world > 1) { /* any other overlap is refused on every rank, before the call is made */
+        int r = ddp_all_gather(g, big + es, big, count, t);
+        check(r == -EINVAL && strstr(ddp_last_error(g), "overlap"), "all_gather overlapping", count, t, -1,
+              "not refused with -EINVAL naming the overlap");
+    }
 
     /* send/recv round the ring, with two tags sent in one order and received in the other */
     if (world > 1) {

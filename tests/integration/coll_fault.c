@@ -217,8 +217,8 @@ int main(int argc, char **argv) {
         if (r == 0)
             r = ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "mismatch-rooted")) {
-        r = rank == 0 ? ddp_scatter(g, buf, buf + 1000, 1000, DDP_F32, 0)
-                      : ddp_gather(g, buf, buf + 1000, 1000, DDP_F32, 0);
+        r = rank == 0 ? ddp_scatter(g, buf, buf + 8000, 1000, DDP_F32, 0)
+                      : ddp_gather(g, buf, buf + 8000, 1000, DDP_F32, 0);
         if (r == 0)
             r = ddp_all_reduce(g, buf, 1000, DDP_F32, DDP_SUM);
     } else if (!strcmp(mode, "p2p-count") || !strcmp(mode, "p2p-empty")) {

@@ -126,6 +126,42 @@ void coll_shutdown(ddp_group *g) {
 
 /* ---- checking and numbering ------------------------------------------------------- */
 
+/* A rank's send and recv may share memory only in the in-place form of MPI_IN_PLACE: for
+ * gather (at the root) and all_gather, send is this rank's part of recv; for scatter (at the
+ * root) and reduce_scatter, recv is this rank's part of send. Any other overlap would send
+ * what the call had already written over. */
+static int coll_check_overlap(ddp_group *g, const char *name, coll_kind kind, const void *send, const void *recv,
+                              size_t bytes) {
+    size_t all = (size_t)g->world_size * bytes, own = (size_t)g->rank * bytes;
+    const char *s = send, *r = recv;
+    size_t send_bytes, recv_bytes;
+    bool in_place;
+    switch (kind) {
+    case COLL_GATHER:
+    case COLL_ALL_GATHER: /* a gather's other ranks pass send as recv (coll_prepare) */
+        if (send == recv)
+            return 0;
+        send_bytes = bytes, recv_bytes = all, in_place = s == r + own;
+        break;
+    case COLL_SCATTER:
+    case COLL_REDUCE_SCATTER:
+        if (send == recv)
+            return 0;
+        send_bytes = all, recv_bytes = bytes, in_place = r == s + own;
+        break;
+    default:
+        return 0;
+    }
+    if (in_place || !bytes || s + send_bytes <= r || r + recv_bytes <= s)
+        return 0;
+    bool send_is_part = send_bytes < recv_bytes;
+    return group_fail(g, -EINVAL,
+                      "%s: send (%zu bytes) and recv (%zu bytes) overlap; they may share memory only in place, "
+                      "%s being rank %d's part of %s (from byte %zu)",
+                      name, send_bytes, recv_bytes, send_is_part ? "send" : "recv", g->rank,
+                      send_is_part ? "recv" : "send", own);
+}
+
 /* send and recv are the buffers this rank must have (the same one for in-place calls). */
 static int coll_prepare(ddp_group *g, coll_args *a, coll_kind kind, const void *send, void *recv, size_t count,
                         ddp_dtype t, int op, int root) {
@@ -156,6 +192,7 @@ static int coll_prepare(ddp_group *g, coll_args *a, coll_kind kind, const void *
         return group_fail(g, -EINVAL, "%s: count %zu is too large", name, count);
     if (count && (!send || !recv))
         return group_fail(g, -EINVAL, "%s: NULL buffer", name);
+    TRY(coll_check_overlap(g, name, kind, send, recv, count * dtype_size((dtype)t)));
     *a = (coll_args){
         .call = {.kind = kind, .t = (dtype)t, .op = (reduce_op)op, .root = root, .count = count},
         .send = send,

@@ -100,7 +100,10 @@ int ddp_barrier(ddp_group *g);
  * with the same count, dtype, op and root; a rank that does not gets -EINVAL naming the
  * difference, not garbage. count is elements per rank: gather and all_gather's recv holds
  * world*count, scatter's send holds world*count, reduce_scatter's send holds world*count
- * and its recv count. Results are bitwise identical on every rank and from run to run.
+ * and its recv count. send and recv may share memory only in place (MPI_IN_PLACE's forms):
+ * gather's (at the root) and all_gather's send at this rank's part of recv, scatter's (at
+ * the root) and reduce_scatter's recv at this rank's part of send; any other overlap is
+ * refused with -EINVAL. Results are bitwise identical on every rank and from run to run.
  * Each call waits at most timeout_ms; a dead peer ends it with an error naming the rank. */
 int ddp_send(ddp_group *g, const void *buf, size_t count, ddp_dtype t, int dst, int tag);
 /* Whether a message from src with tag has come (1) or not yet (0), without waiting or taking

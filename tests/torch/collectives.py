@@ -164,6 +164,25 @@ def shapes(rank, size):
     dist.all_to_all_single(want, buf[:2 * size].clone())
     dist.all_to_all_single(buf[size:], buf[:2 * size])
     check("all_to_all_single, input and output overlapping", buf[size:], want)
+    # all_gather_into_tensor and reduce_scatter_tensor in place (the input is the rank's part of
+    # the output, and the other way round, as FSDP calls them) and overlapping otherwise
+    mine = torch.arange(3, dtype=torch.float32) + 10 * rank
+    everyone = torch.cat([torch.arange(3, dtype=torch.float32) + 10 * r for r in range(size)])
+    flat = torch.zeros(3 * size)
+    flat[3 * rank:3 * rank + 3] = mine
+    dist.all_gather_into_tensor(flat, flat[3 * rank:3 * rank + 3])
+    check("all_gather_into_tensor in place", flat, everyone)
+    flat = torch.zeros(3 * size + 1)
+    flat[:3] = mine
+    dist.all_gather_into_tensor(flat[1:], flat[:3])
+    check("all_gather_into_tensor, input and output overlapping", flat[1:], everyone)
+    full = torch.arange(2 * size, dtype=torch.float32) + rank
+    want = sum(torch.arange(2 * size, dtype=torch.float32) + r for r in range(size))[2 * rank:2 * rank + 2]
+    dist.reduce_scatter_tensor(full[2 * rank:2 * rank + 2], full)
+    check("reduce_scatter_tensor in place", full[2 * rank:2 * rank + 2], want)
+    full = torch.arange(2 * size, dtype=torch.float32) + rank
+    dist.reduce_scatter_tensor(full[1:3], full)
+    check("reduce_scatter_tensor, input and output overlapping", full[1:3], want)
     # point to point in a ring, non-blocking
     right, left = (rank + 1) % size, (rank - 1) % size
     got = torch.zeros(3)

@@ -116,6 +116,13 @@ at::Tensor combine(const std::vector<at::Tensor> &tensors, c10d::ReduceOp::RedOp
     return acc;
 }
 
+// Whether a call's input must be read from a copy: in place (or overlapping otherwise), the
+// call would send parts that it had already written over (libddp's buffers must not
+// overlap). Off the CPU, Staged copies it anyway.
+bool reads_over_itself(const at::Tensor &input, const at::Tensor &output) {
+    return at::get_overlap_status(input, output) != at::MemOverlapStatus::No && input.device().is_cpu();
+}
+
 } // namespace
 
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::create(const c10::intrusive_ptr<c10d::Store> &store, int rank,
@@ -381,9 +388,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::_allgather_base(at::Tensor &output,
     TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == getSize() * input.numel(),
                 "ddpd: _allgather_base: the output must hold world size (", getSize(), ") times the input's ",
                 input.numel(), " elements of ", input.scalar_type());
+    bool stage_input = reads_over_itself(input, output);
     return post(c10d::OpType::_ALLGATHER_BASE, "ddpd:_allgather_base", {output},
-                [this, output, input] {
-                    Staged in(input), out(output, false);
+                [this, output, input, stage_input] {
+                    Staged in(stage_input ? input.clone(at::MemoryFormat::Contiguous) : input), out(output, false);
                     Elements e = movement_elements(input);
                     check(ddp_all_gather(group_, in.data(), out.data(), e.count, e.dtype));
                     out.copy_out();
@@ -490,9 +498,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::_reduce_scatter_base(at::Tensor &ou
     c10d::ReduceOp::RedOpType op = opts.reduceOp;
     Elements e = reduction_elements(output, &op, "_reduce_scatter_base");
     ddp_op dop = reduce_op(op, "_reduce_scatter_base");
+    bool stage_input = reads_over_itself(input, output);
     return post(c10d::OpType::_REDUCE_SCATTER_BASE, "ddpd:_reduce_scatter_base", {output},
-                [this, output, input, e, dop] {
-                    Staged in(input), out(output, false);
+                [this, output, input, e, dop, stage_input] {
+                    Staged in(stage_input ? input.clone(at::MemoryFormat::Contiguous) : input), out(output, false);
                     check(ddp_reduce_scatter(group_, in.data(), out.data(), e.count, e.dtype, dop));
                     out.copy_out();
                 },
@@ -534,9 +543,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::alltoall_base(at::Tensor &output, a
     TORCH_CHECK(input.dim() > 0 && output.dim() > 0 && even(input_splits, input) && even(output_splits, output) &&
                     input.numel() == output.numel() && input.scalar_type() == output.scalar_type(),
                 "ddpd: all_to_all_single with uneven splits is not supported: libddp moves equal parts only");
-    // In place (or overlapping otherwise), a round would send parts that earlier rounds wrote
-    // over: the input is read from a copy (off the CPU, Staged copies it anyway).
-    bool stage_input = at::get_overlap_status(input, output) != at::MemOverlapStatus::No && input.device().is_cpu();
+    bool stage_input = reads_over_itself(input, output);
     return post(c10d::OpType::ALLTOALL_BASE, "ddpd:alltoall_base", {output},
                 [this, output, input, stage_input] {
                     Staged in(stage_input ? input.clone(at::MemoryFormat::Contiguous) : input), out(output, false);

@@ -390,6 +390,37 @@ END_TEST
 
 /* Usage errors exit 2, as the README's table says, whether they come from a flag, a
  * batch that does not split, or the environment. */
+/* A rank loads its data before it joins (a slow load is spent while the job forms, not in
+ * the others' first collective): one whose data is bad says so at once, even with no ddpd
+ * to join, and one that joins tells the others at once, naming itself. */
+START_TEST(test_data_before_join) {
+    char nobody[128];
+    snprintf(nobody, sizeof(nobody), "DDP_COORDINATOR=ipc://%s/nobody.sock", dir);
+    const char *env[] = {nobody, "DDP_CONNECT_TIMEOUT_MS=1000", "WORLD_SIZE=2", "RANK=1", NULL};
+    const char *bad[] = {DDP_WORKER_PATH, "--data", "/nonexistent-dir", "--model", MODEL, NULL};
+    proc p;
+    proc_start(&p, bad, env);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 1);
+    assert_output(&p, "/nonexistent-dir");
+    assert_output(&p, "joining the job to tell the other ranks");
+    proc_close(&p);
+
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    const char *good[] = {DDP_WORKER_PATH, "--data", dir, "--model", MODEL, "--batch-size", "32", NULL};
+    proc w[2];
+    rank_start(&w[0], &d, 2, 0, "bad-data", good);
+    rank_start(&w[1], &d, 2, 1, "bad-data", bad);
+    ck_assert_int_eq(proc_wait(&w[1], WAIT_MS), 1);
+    ck_assert_int_eq(proc_wait(&w[0], WAIT_MS), 1);
+    ck_assert_msg(strstr(proc_output(&w[0]), "rank 1") && strstr(proc_output(&w[0]), "/nonexistent-dir"), "%s",
+                  proc_output_tail(&w[0]));
+    for (int r = 0; r < 2; r++)
+        proc_close(&w[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 START_TEST(test_usage_exit_codes) {
     static const struct {
         const char *what;
@@ -726,7 +757,8 @@ START_TEST(test_resume_past_the_epoch) {
     idx_write_split(half, "train", 256, 8, 7);
     idx_write_split(half, "t10k", 64, 8, 2);
     ck_assert_int_eq(train(&p, 1, smaller), 2);
-    snprintf(needle, sizeof(needle), "--resume: %s was trained on other data (256 training samples, other labels", ckpt);
+    snprintf(needle, sizeof(needle), "--resume: %s was trained on other data (256 training samples, other labels",
+             ckpt);
     assert_output(&p, needle);
     proc_close(&p);
 }
@@ -913,6 +945,7 @@ int main(int argc, char **argv) {
     TCase *exits = add_case(s, tcase_create("exits"));
     tcase_add_test(exits, test_ranks_disagree);
     tcase_add_test(exits, test_usage_exit_codes);
+    tcase_add_test(exits, test_data_before_join);
     tcase_add_test(exits, test_metrics_write_error);
     tcase_add_test(exits, test_cuda_module);
     TCase *resume = add_case(s, tcase_create("resume"));

@@ -107,6 +107,20 @@ static int trainer_join(trainer *t) {
     return 0;
 }
 
+/* A rank that cannot start says why at once, and still joins, so that its abort (the
+ * caller's) tells the others now rather than at the end of their join timeout. err and
+ * t->error stay the first failure's, whatever the join's outcome. */
+static int trainer_join_to_tell(trainer *t, int err) {
+    fprintf(stderr, "ddp-worker: %s; joining the job to tell the other ranks\n", t->error);
+    char error[sizeof(t->error)];
+    memcpy(error, t->error, sizeof(error));
+    bool usage_error = t->usage_error;
+    (void)trainer_join(t);
+    memcpy(t->error, error, sizeof(error));
+    t->usage_error = usage_error;
+    return err;
+}
+
 const char *trainer_transport(const trainer *t) {
     return !strcmp(t->opts->transport, "nccl") ? "nccl" : ddp_transport(t->g);
 }
@@ -188,6 +202,13 @@ int trainer_open(trainer *t, const worker_options *o) {
     if (o->devices && spec.n_layers < 2)
         return trainer_refuse(t, -EINVAL, "--devices: model '%s' has one layer, nothing to split", spec.name);
     bucket_plan_make(&t->buckets, &spec, o->bucket_mb, model_split_layer(&spec, o->devices ? 2 : 1));
+    /* The data before the join: a slow load (a large file, a network disk) is then spent
+     * while the job forms, within the join's allowance, not in the first collective's
+     * timeout of the ranks that loaded sooner. */
+    r = trainer_load_data(t);
+    if (r < 0)
+        return trainer_join_to_tell(t, r);
+    TRY(trainer_check_stop(t));
     TRY(trainer_join(t));
     TRY(resume_check(t));
     t->global_batch = o->batch_size;
@@ -196,8 +217,6 @@ int trainer_open(trainer *t, const worker_options *o) {
                               t->world);
     t->local_batch = o->batch_size / t->world;
 
-    TRY(trainer_load_data(t));
-    TRY(trainer_check_stop(t));
     sampler_kind kind;
     if (sampler_kind_from_string(o->sampler, &kind) < 0)
         return trainer_refuse(t, -EINVAL, "--sampler '%s': use partition or global", o->sampler);

@@ -847,6 +847,24 @@ START_TEST(test_checkpoint_keep) {
         snprintf(link, sizeof(link), "%s.%d", ckpt, after[i]);
         ck_assert_uint_eq(read_info(link).step, (unsigned)after[i]);
     }
+    /* another run's link at a step this one never saves at (a stop mid-epoch), below its
+     * own: it neither counts among this run's 2 (this run's step 16 stayed, step 12 went)
+     * nor goes */
+    char foreign[160];
+    snprintf(foreign, sizeof(foreign), "%s.12", ckpt);
+    char theirs[160];
+    snprintf(theirs, sizeof(theirs), "%s.24", ckpt);
+    ck_assert_int_eq(linkat(AT_FDCWD, theirs, AT_FDCWD, foreign, 0), 0);
+    const char *third[] = {"--checkpoint", ckpt, "--epochs", "3", "--checkpoint-keep", "2", "--overwrite", NULL};
+    ck_assert_msg(train(&p, 1, third) == 0, "%s", proc_output_tail(&p));
+    proc_close(&p);
+    snprintf(link, sizeof(link), "%s.8", ckpt);
+    ck_assert_msg(access(link, F_OK) < 0, "%s should be gone", link);
+    ck_assert_msg(access(foreign, F_OK) == 0, "%s, another run's, was removed", foreign);
+    for (int step = 16; step <= 24; step += 8) {
+        snprintf(link, sizeof(link), "%s.%d", ckpt, step);
+        ck_assert_uint_eq(read_info(link).step, (unsigned)step);
+    }
 }
 END_TEST
 

@@ -26,9 +26,43 @@ static int64_t step_of(const char *name, const char *base) {
     return *end || errno || name[n + 1] < '0' || name[n + 1] > '9' ? -1 : (int64_t)step;
 }
 
-int checkpoint_keep(const char *path, uint64_t step, int keep, char *err, size_t err_size) {
+static bool made_here(const checkpoint_links *own, uint64_t step) {
+    for (size_t i = 0; i < own->n_made; i++)
+        if (own->made[i] == step)
+            return true;
+    return false;
+}
+
+static bool own_link(const checkpoint_links *own, uint64_t step) {
+    return (own->resumed && step <= own->resumed_step) || made_here(own, step);
+}
+
+static void forget(checkpoint_links *own, uint64_t step) {
+    for (size_t i = 0; i < own->n_made; i++)
+        if (own->made[i] == step) {
+            own->made[i] = own->made[--own->n_made];
+            return;
+        }
+}
+
+void checkpoint_links_free(checkpoint_links *own) {
+    free(own->made);
+    own->made = NULL;
+    own->n_made = own->room = 0;
+}
+
+int checkpoint_keep(const char *path, uint64_t step, int keep, checkpoint_links *own, char *err, size_t err_size) {
     if (keep <= 1)
         return 0;
+    if (!made_here(own, step) && own->n_made == own->room) { /* room first: a link not listed would be lost track of */
+        uint64_t *grown = realloc(own->made, (own->room ? 2 * own->room : 16) * sizeof(uint64_t));
+        if (!grown) {
+            snprintf(err, err_size, "--checkpoint-keep: out of memory");
+            return -ENOMEM;
+        }
+        own->made = grown;
+        own->room = own->room ? 2 * own->room : 16;
+    }
     char link_path[PATH_MAX], dir[PATH_MAX];
     if (snprintf(link_path, sizeof(link_path), "%s.%llu", path, (unsigned long long)step) >= (int)sizeof(link_path)) {
         snprintf(err, err_size, "--checkpoint-keep: %s.%llu: the name is too long", path, (unsigned long long)step);
@@ -40,6 +74,8 @@ int checkpoint_keep(const char *path, uint64_t step, int keep, char *err, size_t
         snprintf(err, err_size, "--checkpoint-keep: cannot link %s as %s: %s", path, link_path, strerror(-r));
         return r;
     }
+    if (!made_here(own, step))
+        own->made[own->n_made++] = step;
     /* the others, newest first: all but keep go */
     snprintf(dir, sizeof(dir), "%s", path);
     char *slash = strrchr(dir, '/');
@@ -54,15 +90,14 @@ int checkpoint_keep(const char *path, uint64_t step, int keep, char *err, size_t
         snprintf(err, err_size, "--checkpoint-keep: cannot list %s: %s", dir, strerror(-r));
         return r;
     }
-    /* Links past this step are of another run (one before --overwrite, or the future a
-     * resume from an older copy left): not this run's to rank or remove, and never above
-     * the one just made. */
+    /* Only the run's own (checkpoint_links), and never above the one just made (the future
+     * a resume from an older copy left). */
     uint64_t *steps = NULL;
     size_t n = 0, room = 0;
     bool fits = true;
     for (struct dirent *e; fits && (e = readdir(d));) {
         int64_t s = step_of(e->d_name, base);
-        if (s < 0 || (uint64_t)s > step)
+        if (s < 0 || (uint64_t)s > step || !own_link(own, (uint64_t)s))
             continue;
         if (n == room) {
             uint64_t *grown = realloc(steps, (room = room ? 2 * room : 64) * sizeof(uint64_t));
@@ -82,10 +117,13 @@ int checkpoint_keep(const char *path, uint64_t step, int keep, char *err, size_t
     int r = 0;
     for (size_t i = (size_t)keep; i < n; i++) {
         snprintf(link_path, sizeof(link_path), "%s.%llu", path, (unsigned long long)steps[i]);
-        if (unlink(link_path) < 0 && errno != ENOENT && r == 0) {
-            r = -errno;
-            snprintf(err, err_size, "--checkpoint-keep: cannot remove %s: %s", link_path, strerror(-r));
-        }
+        if (unlink(link_path) < 0 && errno != ENOENT) {
+            if (r == 0) {
+                r = -errno;
+                snprintf(err, err_size, "--checkpoint-keep: cannot remove %s: %s", link_path, strerror(-r));
+            }
+        } else
+            forget(own, steps[i]);
     }
     free(steps);
     return r;

@@ -84,7 +84,7 @@ int resume_save(trainer *t) {
         t->save_error = 0;
         t->saved_step = t->step;
     }
-    if (checkpoint_keep(t->opts->checkpoint, t->step, t->opts->checkpoint_keep, err, sizeof(err)) < 0)
+    if (checkpoint_keep(t->opts->checkpoint, t->step, t->opts->checkpoint_keep, &t->links, err, sizeof(err)) < 0)
         fprintf(stderr, "ddp-worker: rank 0: %s (the checkpoint itself was written)\n", err);
     return 0;
 }
@@ -188,6 +188,8 @@ int resume_load(trainer *t) {
     t->epoch = state[2];
     t->step_in_epoch = state[3];
     t->saved_step = t->step;
+    t->links.resumed = true; /* the links up to here are this run's past (--checkpoint-keep) */
+    t->links.resumed_step = t->step;
     if (t->rank == 0 && t->step_in_epoch == 0)
         printf("ddp-worker: resumed from %s at step %llu, after epoch %llu\n", t->opts->checkpoint,
                (unsigned long long)t->step, (unsigned long long)t->epoch);

@@ -381,6 +381,7 @@ int trainer_run(trainer *t) {
 }
 
 void trainer_close(trainer *t) {
+    checkpoint_links_free(&t->links);
     if (t->sync)
         t->mode->close(t->sync);
     t->sync = NULL;

@@ -16,6 +16,7 @@
 #include "worker/trainer/backend.h"
 #include "worker/trainer/batch.h"
 #include "worker/trainer/buckets.h"
+#include "worker/trainer/checkpoint_keep.h"
 #include "worker/trainer/dataset.h"
 #include "worker/trainer/model.h"
 #include "worker/trainer/sampler.h"
@@ -52,6 +53,7 @@ typedef struct trainer {
     uint64_t saved_step;     /* rank 0: the step of the last checkpoint written (UINT64_MAX: none yet) */
     int save_error;          /* rank 0: the last save failed with this (training went on), or 0 */
     char save_failure[600];  /* ... and why */
+    checkpoint_links links;  /* rank 0: the --checkpoint-keep links that are this run's */
     bool usage_error;        /* the error is the flags' or the environment's: ddp-worker exits 2 */
     char error[768];         /* what went wrong, for the caller to print */
 } trainer;

@@ -159,7 +159,8 @@ static void add_device_memory(cJSON *j, const model *m) {
     }
 }
 
-void metrics_write(trainer *t, const char *kind, double loss, double accuracy, double samples_per_s, double seconds) {
+void metrics_write(trainer *t, const char *kind, uint64_t epoch, double loss, double accuracy, double samples_per_s,
+                   double seconds) {
     if (!t->metrics)
         return;
     ddp_stats st = {0};
@@ -171,7 +172,7 @@ void metrics_write(trainer *t, const char *kind, double loss, double accuracy, d
     cJSON_AddStringToObject(j, "mode", t->mode->name);
     cJSON_AddStringToObject(j, "transport", trainer_transport(t));
     cJSON_AddNumberToObject(j, "step", (double)t->step);
-    cJSON_AddNumberToObject(j, "epoch", (double)t->epoch);
+    cJSON_AddNumberToObject(j, "epoch", (double)epoch);
     cJSON_AddNumberToObject(j, "loss", loss);
     if (!strcmp(kind, "epoch") && t->m.spec.loss == LOSS_MSE) /* the toy model: a loss, not an accuracy */
         cJSON_AddNumberToObject(j, "test_loss", t->test_loss);

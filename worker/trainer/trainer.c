@@ -303,15 +303,16 @@ int trainer_run(trainer *t) {
             progress(t, t->step_in_epoch, steps_per_epoch, loss);
             double dt = sync_now() - s0;
             ddp_report_progress(t->g, t->step, dt > 0 ? t->global_batch / dt : 0);
-            metrics_write(t, "step", loss, NAN, dt > 0 ? t->global_batch / dt : 0, dt);
+            metrics_write(t, "step", t->epoch, loss, NAN, dt > 0 ? t->global_batch / dt : 0, dt);
             bool stop;
             if ((r = trainer_should_stop(t, &stop)) < 0)
                 return r;
             if (stop) { /* asked to stop: keep the place, so --resume continues from it */
                 t->step_in_epoch++;
                 if (t->step_in_epoch >= steps_per_epoch) {
-                    /* The epoch's last step: its evaluation and its line come first, as
-                     * --resume starts the next epoch and would never write them. */
+                    /* The epoch's last step: it ends as any epoch (saved, then evaluated
+                     * and its line written), as --resume starts the next epoch and would
+                     * never write that line. */
                     stopping = true;
                     break;
                 }
@@ -326,6 +327,16 @@ int trainer_run(trainer *t) {
             (r = ddp_all_reduce(t->g, &loss_sum, 1, DDP_F64, DDP_AVG)) < 0)
             return trainer_fail(t, r, "all-reducing the loss: %s", ddp_last_error(t->g));
         bool epoch_done = t->step_in_epoch >= steps_per_epoch;
+        uint64_t epoch = t->epoch; /* the one these steps were of */
+        if (epoch_done) {
+            t->epoch++;
+            t->step_in_epoch = 0;
+        }
+        /* The checkpoint before the evaluation, which does not change the model: a long
+         * one cannot cost it (a stop's grace running out, a crash). */
+        metrics_sync(t);
+        if ((r = resume_save(t)) < 0)
+            return r;
         double accuracy = NAN, test_metric = NAN;
         if ((r = evaluate(t, &test_metric)) < 0)
             return r;
@@ -344,22 +355,15 @@ int trainer_run(trainer *t) {
                 printf("\r%60s\r", "");
             if (mse)
                 printf("epoch %llu: loss %.4f, test loss %.4f, %.0f samples/s (%.1f s, step %llu)\n",
-                       (unsigned long long)t->epoch + 1, mean_loss, test_metric, rate, train_s,
+                       (unsigned long long)epoch + 1, mean_loss, test_metric, rate, train_s,
                        (unsigned long long)t->step);
             else
                 printf("epoch %llu: loss %.4f, test accuracy %.4f, %.0f samples/s (%.1f s, step %llu)\n",
-                       (unsigned long long)t->epoch + 1, mean_loss, accuracy, rate, train_s,
-                       (unsigned long long)t->step);
+                       (unsigned long long)epoch + 1, mean_loss, accuracy, rate, train_s, (unsigned long long)t->step);
             fflush(stdout);
         }
-        metrics_write(t, "epoch", mean_loss, accuracy, rate, train_s);
-        if (epoch_done) {
-            t->epoch++;
-            t->step_in_epoch = 0;
-        }
+        metrics_write(t, "epoch", epoch, mean_loss, accuracy, rate, train_s);
         metrics_sync(t);
-        if ((r = resume_save(t)) < 0)
-            return r;
     }
     if (stopping)
         return trainer_stopped(t);

@@ -92,10 +92,11 @@ int devices_open(trainer *t);
 int evaluate(trainer *t, double *ret_metric);
 /* metrics.c: --metrics FILE (rank 0's; with %r in the name, every rank's own) opened (a
  * resumed run continues it, without the lines past the checkpoint), one JSON line of kind
- * "step" or "epoch" written to it, and closed. A write that fails is said once and kept
+ * "step" or "epoch" (of epoch, counted from 0) written to it, and closed. A write that fails is said once and kept
  * in t->metrics_error: ddp-worker then exits 1. */
 int metrics_open(trainer *t);
-void metrics_write(trainer *t, const char *kind, double loss, double accuracy, double samples_per_s, double seconds);
+void metrics_write(trainer *t, const char *kind, uint64_t epoch, double loss, double accuracy, double samples_per_s,
+                   double seconds);
 /* The lines so far on disk: before a checkpoint, so that a resume finds every line up to
  * its step (an epoch's lines, once an epoch). */
 void metrics_sync(trainer *t);

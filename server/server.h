@@ -54,6 +54,7 @@ typedef struct {
     log_ratelimit stall_log;       /* hundreds of ranks starved at once: the machine, said in a few lines */
     uint64_t bad_messages, aborts; /* for the metrics */
     reply_budgets replies;         /* what ZeroMQ holds of the replies to each connection */
+    bool metrics_group_warned;     /* the metrics file could not be given to the operator group: said once */
 } server;
 
 /* Binds the ROUTER socket. Logs and returns a negative error on failure. */

@@ -1,6 +1,7 @@
 /* ddpd as a systemd service: sd_notify's messages in order (READY, STATUS, WATCHDOG,
  * STOPPING), the Prometheus metrics file and ddpctl metrics, and ddpctl abort. */
 #include <check.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -84,6 +85,8 @@ static void expect_prometheus(const char *text) {
     free(copy);
 }
 
+#define OPERATORS "nogroup" /* a group every Debian system has, other than root's */
+
 START_TEST(test_notify_and_metrics) {
     char path[128], env_socket[160], metrics[128], seen[8192] = "";
     int fd = notify_socket(path, sizeof(path));
@@ -93,7 +96,8 @@ START_TEST(test_notify_and_metrics) {
     /* under the unit's UMask=0077, as systemd runs it */
     const char *argv[] = {"/bin/sh",        "-c",       "umask 077 && exec \"$0\" \"$@\"",
                           DDPD_PATH,        "--listen", "tcp://127.0.0.1:*",
-                          "--metrics-file", metrics,    NULL};
+                          "--metrics-file", metrics,    "--operator-group",
+                          OPERATORS,        NULL};
     ddpd_proc d;
     proc_start(&d.p, argv, env);
     ck_assert_msg(proc_expect(&d.p, "listening on ", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
@@ -116,9 +120,13 @@ START_TEST(test_notify_and_metrics) {
     ck_assert(next_notification(fd, "WATCHDOG=1", seen, sizeof(seen)));
     FILE *f = fopen(metrics, "r");
     ck_assert_msg(f, "no %s", metrics);
-    struct stat st; /* node_exporter reads it as another user */
+    struct stat st; /* the operators' (node_exporter reads it as a member), not every user's */
     ck_assert_int_eq(fstat(fileno(f), &st), 0);
-    ck_assert_msg((st.st_mode & 0777) == 0644, "%s is %o under umask 077, not 644", metrics, st.st_mode & 0777);
+    ck_assert_msg((st.st_mode & 0777) == 0640, "%s is %o under umask 077, not 640", metrics, st.st_mode & 0777);
+    struct group *operators = getgrnam(OPERATORS);
+    if (operators && geteuid() == 0)
+        ck_assert_msg(st.st_gid == operators->gr_gid, "%s has group %u, not %s's %u", metrics, (unsigned)st.st_gid,
+                      OPERATORS, (unsigned)operators->gr_gid);
     char text[8192];
     size_t n = fread(text, 1, sizeof(text) - 1, f);
     text[n] = '\0';

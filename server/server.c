@@ -135,6 +135,18 @@ static int64_t server_peer_uid(const server *s, const wire_msg *msg) {
     return s->local && wire_peer_credentials(msg, &uid, &pid) == 0 ? (int64_t)uid : -1;
 }
 
+/* Who sent msg, as a name for the reply budgets' shares (server_peer_uid's answer
+ * without its NSS lookup, which the loop must not make for every message). */
+static void server_peer_account(const server *s, const wire_msg *msg, char *buf, size_t size) {
+    uint32_t uid, pid;
+    if (s->zap)
+        snprintf(buf, size, "curve %s", msg->user);
+    else if (s->local && wire_peer_credentials(msg, &uid, &pid) == 0)
+        snprintf(buf, size, "uid %u", uid);
+    else
+        snprintf(buf, size, "tcp");
+}
+
 /* root, or a member of the operator group: sees and aborts every job. */
 static bool server_privileged(const server *s, int64_t uid) {
     if (uid == 0)
@@ -1211,6 +1223,10 @@ static bool server_answer_late_member(server *s, const wire_msg *msg) {
 static void server_handle(server *s, wire_msg *msg, int r) {
     job *j = NULL;
     job_member *m = NULL;
+    char user[sizeof(msg->user) + 16];
+    server_peer_account(s, msg, user, sizeof(user));
+    if (reply_budgets_note_user(&s->replies, msg->identity, msg->identity_size, user, clock_now_ms()) < 0)
+        log_debug("no memory to note who sent a message: its replies count as an unknown user's");
     bool member = server_is_member(s, msg->identity, msg->identity_size, &j, &m) && server_owner_speaks(s, msg, j);
     if (member) {
         uint64_t now = clock_now_ms();
@@ -1437,7 +1453,7 @@ void server_tick(server *s) {
         }
         server_check_job(s, s->jobs[i], now);
     }
-    reply_budgets_sweep(&s->replies);
+    reply_budgets_sweep(&s->replies, now);
 }
 
 int server_tick_ms(const server *s) {

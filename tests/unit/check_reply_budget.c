@@ -9,9 +9,9 @@
 #include "server/reply_budget.h"
 #include "tests/check_main.h"
 
-enum { VALUE = 600 }; /* a reply of about this */
-static void *ctx, *router, *dealer[2];
-static const uint8_t ids[2][2] = {{'a', 0}, {'b', 0}};
+enum { VALUE = 600, DEALERS = 3 }; /* a reply of about this */
+static void *ctx, *router, *dealer[DEALERS];
+static const uint8_t ids[DEALERS][2] = {{'a', 0}, {'b', 0}, {'c', 0}};
 static reply_budgets b;
 
 static void setup(void) {
@@ -20,7 +20,7 @@ static void setup(void) {
     int on = 1;
     ck_assert_int_eq(zmq_setsockopt(router, ZMQ_ROUTER_MANDATORY, &on, sizeof(on)), 0);
     ck_assert_int_eq(zmq_bind(router, "inproc://replies"), 0);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < DEALERS; i++) {
         dealer[i] = zmq_socket(ctx, ZMQ_DEALER);
         ck_assert_int_eq(zmq_setsockopt(dealer[i], ZMQ_ROUTING_ID, ids[i], 2), 0);
         ck_assert_int_eq(zmq_connect(dealer[i], "inproc://replies"), 0);
@@ -34,7 +34,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < DEALERS; i++)
         zmq_close(dealer[i]);
     zmq_close(router);
     zmq_ctx_term(ctx);
@@ -75,8 +75,38 @@ START_TEST(test_total) {
     read_one(0);
     read_one(1);
     ck_assert_uint_eq(atomic_load(&b.total), 0);
-    reply_budgets_sweep(&b);
+    reply_budgets_sweep(&b, 0);
     ck_assert_uint_eq(b.by_identity.size, 0);
+}
+END_TEST
+
+/* Past the total, a user's connections share it equally with the other users that hold
+ * replies: one user's many connections (a and b) cannot starve another's (c). */
+START_TEST(test_users_share) {
+    b.total_bytes = 5 * VALUE; /* about 4.6 replies of VALUE and their envelopes */
+    const char *users[DEALERS] = {"uid 1000", "uid 1000", "uid 1001"};
+    for (int i = 0; i < DEALERS; i++)
+        ck_assert_int_eq(reply_budgets_note_user(&b, ids[i], 2, users[i], 1000), 0);
+    int sent[DEALERS] = {0};
+    for (int round = 0; round < 4; round++) /* user 1000 goes past the total */
+        for (int i = 0; i < 2; i++)
+            sent[i] += send_reply(i, 0, NULL) == 0;
+    ck_assert_int_eq(sent[0] + sent[1], 4); /* the fifth would pass the total */
+    ck_assert_int_eq(send_reply(2, 0, NULL), 0); /* c holds none */
+    ck_assert_int_eq(send_reply(2, 0, NULL), 0); /* user 1001 holds under half the total */
+    ck_assert_int_eq(send_reply(2, 0, NULL), -ENOBUFS);
+    ck_assert_int_eq(send_reply(0, 0, NULL), -ENOBUFS); /* user 1000 holds over half */
+    for (int i = 0; i < DEALERS; i++)
+        while (zmq_recv(dealer[i], (char[2 * VALUE]){0}, 2 * VALUE, ZMQ_DONTWAIT) > 0)
+            ;
+    ck_assert_uint_eq(atomic_load(&b.total), 0);
+    /* a connection noted a moment ago stays known, with its user; then it goes */
+    reply_budgets_sweep(&b, 1000 + REPLY_NOTE_KEEP_MS);
+    ck_assert_uint_eq(b.by_identity.size, 3);
+    ck_assert_uint_eq(b.by_user.size, 2);
+    reply_budgets_sweep(&b, 1001 + REPLY_NOTE_KEEP_MS);
+    ck_assert_uint_eq(b.by_identity.size, 0);
+    ck_assert_uint_eq(b.by_user.size, 0);
 }
 END_TEST
 
@@ -91,7 +121,7 @@ START_TEST(test_connection) {
     ck_assert_int_eq(send_reply(0, 0, NULL), 0); /* raised while it holds anything */
     for (int i = 0; i < sent + 2; i++)
         read_one(0);
-    reply_budgets_sweep(&b); /* forgotten with the raise */
+    reply_budgets_sweep(&b, 0); /* forgotten with the raise */
     ck_assert_uint_eq(b.by_identity.size, 0);
     sent = 0;
     while (send_reply(0, 0, NULL) == 0)
@@ -105,6 +135,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("reply_budget");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_total);
+    tcase_add_test(tc, test_users_share);
     tcase_add_test(tc, test_connection);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);

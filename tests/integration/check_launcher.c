@@ -452,6 +452,19 @@ START_TEST(test_output_prefixed) {
 }
 END_TEST
 
+/* The start of a line whose end has not come (a prompt, a progress bar, print(..., end="")
+ * before a long task) goes out after LINE_STREAM_HOLD_MS (1 s), not at the rank's exit. */
+START_TEST(test_partial_line_shown) {
+    const char *argv[] = {DDP_RUN_PATH, "-n", "1", "--", "sh", "-c", "printf 'loading'; exec sleep 60", NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    ck_assert_msg(proc_expect(&p, "[rank 0] loading\n", 20000, NULL, 0), "%s", proc_output_tail(&p));
+    proc_signal(&p, SIGTERM);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 128 + SIGTERM);
+    proc_close(&p);
+}
+END_TEST
+
 /* Lines far over a pipe's buffer (and the 8 KiB ddp-run used to cut them at) come out
  * whole, each after its own prefix, however the ranks' output interleaves. */
 START_TEST(test_long_lines_whole) {
@@ -762,6 +775,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_job_status);
     tcase_add_test(tc, test_output_prefixed);
     tcase_add_test(tc, test_long_lines_whole);
+    tcase_add_test(tc, test_partial_line_shown);
     tcase_add_test(tc, test_private_ddpd_verbose);
     tcase_add_test(tc, test_killed_by_signal);
     tcase_add_loop_test(tc, test_program_cannot_run, 0, 3);

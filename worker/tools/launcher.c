@@ -430,6 +430,10 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
                 pfds[n++] = (struct pollfd){.fd = l->ranks[i].streams[k].fd, .events = POLLIN};
             }
 
+    for (size_t i = 1; i < n; i++) /* a line's start that waits for its end goes out in time */
+        if (owners[i] && line_stream_due_ms(owners[i]) < wake)
+            wake = line_stream_due_ms(owners[i]);
+
     int ready = poll(pfds, n, clock_ms_until(wake));
     bool check_children = ready == 0; /* the safety tick */
     if (ready > 0) {
@@ -445,6 +449,10 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
                     launcher_on_stop_signal(l, handled_signals[i]);
         }
     }
+    now = clock_now_ms();
+    for (size_t i = 1; i < n; i++)
+        if (owners[i])
+            line_stream_flush_due(owners[i], now);
     if (check_children)
         launcher_reap(l);
     out_queue_write(&l->out);

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 #define DRAIN_MAX_BYTES (1u << 20) /* what an exited child left in its pipe, at most */
 
 void line_stream_init(line_stream *s, int fd, int dest, out_queue *out, const char *prefix, bool quiet_info) {
@@ -47,6 +49,23 @@ static void stream_split(line_stream *s) {
     memmove(s->buf, s->buf + start, s->len - start);
     s->len -= start;
     s->scanned = s->len; /* what is left has no newline */
+    if (!s->len)
+        s->held_since_ms = 0;
+    else if (start || !s->held_since_ms) /* a new line began */
+        s->held_since_ms = clock_now_ms();
+}
+
+uint64_t line_stream_due_ms(const line_stream *s) {
+    return s->fd >= 0 && s->len ? s->held_since_ms + LINE_STREAM_HOLD_MS : UINT64_MAX;
+}
+
+void line_stream_flush_due(line_stream *s, uint64_t now_ms) {
+    if (now_ms < line_stream_due_ms(s))
+        return;
+    stream_line(s, s->buf, s->len);
+    s->cut = true;
+    s->len = s->scanned = 0;
+    s->held_since_ms = 0;
 }
 
 void line_stream_close(line_stream *s) {
@@ -59,6 +78,7 @@ void line_stream_close(line_stream *s) {
     free(s->buf);
     s->buf = NULL;
     s->len = s->cap = s->scanned = 0;
+    s->held_since_ms = 0;
 }
 
 /* Room to read into: the buffer grows, doubling, up to LINE_STREAM_MAX_BYTES. */
@@ -81,6 +101,7 @@ ssize_t line_stream_read(line_stream *s) {
         stream_line(s, s->buf, s->len);
         s->cut = true;
         s->len = s->scanned = 0;
+        s->held_since_ms = 0;
         if (!stream_room(s))
             return -EAGAIN;
     }

@@ -53,6 +53,7 @@ typedef struct {
     char mode[DDP_MAX_MODE + 1];
     job_state state;
     uint32_t world_size;
+    uint32_t data_plane; /* its first member's libddp data plane version (common/data_plane.h) */
     uint64_t generation; /* set when it forms */
     /* Rejoined after ddpd restarted: running, until every rank is back or the deadline */
     bool recovering;

@@ -14,6 +14,7 @@
 #include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/curve_keys.h"
+#include "common/data_plane.h"
 #include "common/error.h"
 #include "common/process_state.h"
 #include "server/generation_file.h"
@@ -435,6 +436,26 @@ static int server_store_put(server *s, job *j, const char *key, const uint8_t *v
     return 0;
 }
 
+/* Ranks that share memory and frames must read them alike: a rank's libddp speaks the
+ * data plane of its job's first member, and in ps mode ddpd's own (it maps their segments). */
+static int server_check_data_plane(const job *j, const Ddp__Join *jn, char *reason, size_t reason_size) {
+    if (!strcmp(jn->mode, "ps") && jn->data_plane != DDP_DATA_PLANE_VERSION) {
+        snprintf(reason, reason_size,
+                 "libddp's data plane version %u is not this ddpd's %u (ps mode: ddpd reads the ranks' segments): run "
+                 "one release of ddpd and libddp",
+                 jn->data_plane, DDP_DATA_PLANE_VERSION);
+        return -EPROTONOSUPPORT;
+    }
+    if (j && jn->data_plane != j->data_plane) {
+        snprintf(reason, reason_size,
+                 "libddp's data plane version %u is not job '%s''s %u (its first member's): every rank must run one "
+                 "release of libddp",
+                 jn->data_plane, j->name, j->data_plane);
+        return -EPROTONOSUPPORT;
+    }
+    return 0;
+}
+
 static void server_on_join(server *s, const wire_msg *msg) {
     const Ddp__Envelope *env = msg->env;
     const Ddp__Join *jn = env->join;
@@ -465,6 +486,8 @@ static void server_on_join(server *s, const wire_msg *msg) {
     else if (j)
         r = job_check_join(j, jn->world_size, jn->mode, jn->rank, jn->ps_buckets, jn->n_ps_buckets, reason,
                            sizeof(reason));
+    if (r == 0)
+        r = server_check_data_plane(j, jn, reason, sizeof(reason));
     if (r == 0 && rejoin &&
         (jn->generation > DDP_MAX_GENERATION || (s->opts.state_dir && jn->generation > s->saved_generation))) {
         snprintf(reason, sizeof(reason), "a rejoin of generation %llu: no ddpd gave one past %llu",
@@ -509,6 +532,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
             return;
         }
         j->owner = uid;
+        j->data_plane = jn->data_plane;
         s->jobs[s->n_jobs++] = j;
         if (rejoin) { /* running already: its ranks come back one by one */
             if (job_recover(j, jn->generation, jn->barrier_round, jn->ps_steps, jn->n_ps_steps) < 0) {

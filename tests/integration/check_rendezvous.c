@@ -18,6 +18,7 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/data_plane.h"
 #include "common/fd_socket.h"
 #include "common/ps_segment.h"
 #include "common/shm_segment.h"
@@ -110,6 +111,7 @@ START_TEST(test_version_mismatch_rejected) {
     void *ctx = zmq_ctx_new();
     void *raw = raw_connect(ctx, d.endpoint);
     Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
     join.world_size = 2;
     join.rank = -1;
     join.pid = 1;
@@ -125,6 +127,26 @@ START_TEST(test_version_mismatch_rejected) {
     ck_assert_int_eq(msg.env->reject->code, -EPROTONOSUPPORT);
     ck_assert_msg(strstr(msg.env->reject->reason, "protocol version 2"), "%s", msg.env->reject->reason);
     wire_msg_close(&msg);
+    /* the protocol's version, but another libddp's data plane (the ranks would read each
+     * other's memory by other layouts): refused, naming both; and in ps mode, ddpd's own */
+    for (int ps = 0; ps < 2; ps++) {
+        uint64_t buckets[1] = {1000};
+        join.data_plane = DDP_DATA_PLANE_VERSION + 1;
+        join.mode = (char *)(ps ? "ps" : "");
+        join.ps_buckets = ps ? buckets : NULL;
+        join.n_ps_buckets = ps ? 1 : 0;
+        wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, ps ? "ver-ps" : "ver", -1, 0, 8);
+        env.join = &join;
+        ck_assert_int_eq(raw_request(raw, &env, WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
+        ck_assert_msg(msg.env->reject->code == -EPROTONOSUPPORT, "%d: %s", msg.env->reject->code,
+                      msg.env->reject->reason);
+        char expected[128];
+        snprintf(expected, sizeof(expected), "data plane version %d is not %s %d", DDP_DATA_PLANE_VERSION + 1,
+                 ps ? "this ddpd's" : "job 'ver''s", DDP_DATA_PLANE_VERSION);
+        ck_assert_msg(strstr(msg.env->reject->reason, expected), "%s", msg.env->reject->reason);
+        wire_msg_close(&msg);
+    }
     zmq_close(raw);
     zmq_ctx_term(ctx);
 
@@ -351,6 +373,7 @@ START_TEST(test_unread_replies) {
     ck_assert_int_eq(zmq_connect(s, d.endpoint), 0);
 
     Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
     join.world_size = 1;
     join.rank = 0;
     join.pid = (uint32_t)getpid();
@@ -711,6 +734,7 @@ START_TEST(test_store) {
     for (int i = 0; i < 2; i++) {
         peer[i] = raw_connect(ctx, d.endpoint);
         Ddp__Join join = DDP__JOIN__INIT;
+        join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
         join.world_size = 2;
         join.rank = i;
         join.pid = (uint32_t)(1000 + i);
@@ -1127,6 +1151,7 @@ START_TEST(test_rejoin_store_quota) {
     sets[1].key = (char *)"big";
     sets[1].value = (ProtobufCBinaryData){sizeof(big), big};
     Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
     join.world_size = 2;
     join.rank = 0;
     join.pid = (uint32_t)getpid();
@@ -1181,6 +1206,7 @@ START_TEST(test_ps_shared_push_without_segment) {
     const uint64_t layout[] = {3}, steps[] = {0};
     void *s = raw_connect(ctx, d.endpoint);
     Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
     join.world_size = 2;
     join.rank = 0;
     join.mode = (char *)"ps";

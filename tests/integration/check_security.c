@@ -16,6 +16,7 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/data_plane.h"
 #include "common/fd_socket.h"
 #include "common/ps_segment.h"
 #include "common/shm_segment.h"
@@ -253,6 +254,7 @@ START_TEST(test_routing_id_of_another_user) {
     void *ctx = zmq_ctx_new();
     void *mine = dealer_as(ctx, id);
     Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
     join.world_size = 2;
     join.rank = 0;
     join.pid = (uint32_t)getpid();
@@ -387,6 +389,7 @@ START_TEST(test_quotas) {
     void *ctx = zmq_ctx_new(), *sock = raw_connect(ctx, endpoint);
     uint64_t layout[] = {1u << 20};
     Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
     join.world_size = 2;
     join.rank = 0;
     join.mode = (char *)"ps";

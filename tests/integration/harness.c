@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/data_plane.h"
 
 extern char **environ;
 
@@ -301,6 +302,7 @@ void *raw_ps_join(void *zmq_ctx, const char *endpoint, const char *job, int rank
                   uint32_t pid) {
     void *s = raw_connect(zmq_ctx, endpoint);
     Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
     join.world_size = 2;
     join.rank = rank;
     join.mode = (char *)"ps";

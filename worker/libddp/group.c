@@ -8,6 +8,7 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/data_plane.h"
 #include "common/error.h"
 #include "worker/libddp/coll.h"
 #include "worker/libddp/group.h"
@@ -259,6 +260,7 @@ static int group_join(ddp_group *g, const group_settings *s, comm_peers *ret_pee
     body.host = host;
     body.data_endpoint = g->data_endpoint;
     body.data_key = g->data_key;
+    body.data_plane = DDP_DATA_PLANE_VERSION;
     body.ps_buckets = g->ps_buckets;
     body.n_ps_buckets = g->n_ps_buckets;
     Ddp__Envelope env;

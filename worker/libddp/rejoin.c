@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/data_plane.h"
 #include "common/limits.h"
 #include "worker/libddp/group.h"
 
@@ -44,6 +45,7 @@ void group_update_rejoin(ddp_group *g) {
     body.host = g->host;
     body.data_endpoint = g->data_endpoint;
     body.data_key = g->data_key;
+    body.data_plane = DDP_DATA_PLANE_VERSION;
     body.generation = g->generation;
     body.barrier_round = g->barrier_round;
     body.store = list;

@@ -2,6 +2,7 @@
 
 #include <Python.h>
 #include <climits>
+#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -32,6 +33,10 @@ namespace {
 // The lock guards the map only: nothing waits while holding it.
 std::mutex open_groups_mutex;
 std::map<const ProcessGroup *, c10::weak_intrusive_ptr<ProcessGroup>> open_groups;
+// Groups whose last reference went, closing on the thread that dropped it: shutdown_all
+// waits for them too (a rank's leave, and a thread still in libddp, before Python ends).
+size_t groups_closing = 0;
+std::condition_variable groups_closed;
 int groups_created = 0;
 
 const size_t max_job_name = 64; // bytes, as ddpd takes them
@@ -171,6 +176,9 @@ void ProcessGroup::shutdown_all() {
     }
     for (auto &g : groups)
         g->shutdown();
+    groups.clear(); // a last reference dropped here closes its group now, on this thread
+    std::unique_lock<std::mutex> lock(open_groups_mutex);
+    groups_closed.wait(lock, [] { return groups_closing == 0; }); // their calls end by their timeouts
 }
 
 ProcessGroup::ProcessGroup(ddp_group *group, int rank, int size)
@@ -178,7 +186,7 @@ ProcessGroup::ProcessGroup(ddp_group *group, int rank, int size)
 }
 
 // The last reference went while open_groups held a weak one (the object itself goes
-// when that does, at once: see close).
+// once this returns: see close).
 void ProcessGroup::release_resources() {
     close();
 }
@@ -195,8 +203,12 @@ void ProcessGroup::close() {
     {
         std::lock_guard<std::mutex> lock(open_groups_mutex);
         open_groups.erase(this);
+        groups_closing++;
     }
     shutdown();
+    std::lock_guard<std::mutex> lock(open_groups_mutex);
+    if (--groups_closing == 0)
+        groups_closed.notify_all();
 }
 
 // By one thread at a time (the one that holds the last reference, or shutdown_all, which

@@ -308,6 +308,11 @@ static void run_data_movement(ddp_group *g, uint64_t count, ddp_dtype t, size_t 
         check(r == -EINVAL && strstr(ddp_last_error(g), "overlap"), "all_gather overlapping", count, t, -1,
               "not refused with -EINVAL naming the overlap");
     }
+    if (count > 0 && rank == 1) { /* one buffer for both is in place at rank 0 only: refused before any peer is met */
+        int r = ddp_all_gather(g, big, big, count, t);
+        check(r == -EINVAL && strstr(ddp_last_error(g), "overlap"), "all_gather with send == recv at rank 1", count, t,
+              -1, "not refused with -EINVAL naming the overlap");
+    }
 
     /* send/recv round the ring, with two tags sent in one order and received in the other */
     if (world > 1) {

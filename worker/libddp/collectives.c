@@ -131,22 +131,22 @@ void coll_shutdown(ddp_group *g) {
  * root) and reduce_scatter, recv is this rank's part of send. Any other overlap would send
  * what the call had already written over. */
 static int coll_check_overlap(ddp_group *g, const char *name, coll_kind kind, const void *send, const void *recv,
-                              size_t bytes) {
-    size_t all = (size_t)g->world_size * bytes, own = (size_t)g->rank * bytes;
-    const char *s = send, *r = recv;
-    size_t send_bytes, recv_bytes;
+                              size_t bytes, int root) {
+    uintptr_t all = (uintptr_t)g->world_size * bytes, own = (uintptr_t)g->rank * bytes;
+    uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv; /* compared as numbers: they may be two objects */
+    uintptr_t send_bytes, recv_bytes;
     bool in_place;
     switch (kind) {
     case COLL_GATHER:
-    case COLL_ALL_GATHER: /* a gather's other ranks pass send as recv (coll_prepare) */
-        if (send == recv)
-            return 0;
+    case COLL_ALL_GATHER:
+        if (kind == COLL_GATHER && g->rank != root)
+            return 0; /* no recv: coll_prepare was given send for it */
         send_bytes = bytes, recv_bytes = all, in_place = s == r + own;
         break;
     case COLL_SCATTER:
     case COLL_REDUCE_SCATTER:
-        if (send == recv)
-            return 0;
+        if (kind == COLL_SCATTER && g->rank != root)
+            return 0; /* no send: coll_prepare was given recv for it */
         send_bytes = all, recv_bytes = bytes, in_place = r == s + own;
         break;
     default:
@@ -158,8 +158,8 @@ static int coll_check_overlap(ddp_group *g, const char *name, coll_kind kind, co
     return group_fail(g, -EINVAL,
                       "%s: send (%zu bytes) and recv (%zu bytes) overlap; they may share memory only in place, "
                       "%s being rank %d's part of %s (from byte %zu)",
-                      name, send_bytes, recv_bytes, send_is_part ? "send" : "recv", g->rank,
-                      send_is_part ? "recv" : "send", own);
+                      name, (size_t)send_bytes, (size_t)recv_bytes, send_is_part ? "send" : "recv", g->rank,
+                      send_is_part ? "recv" : "send", (size_t)own);
 }
 
 /* send and recv are the buffers this rank must have (the same one for in-place calls). */
@@ -192,7 +192,7 @@ static int coll_prepare(ddp_group *g, coll_args *a, coll_kind kind, const void *
         return group_fail(g, -EINVAL, "%s: count %zu is too large", name, count);
     if (count && (!send || !recv))
         return group_fail(g, -EINVAL, "%s: NULL buffer", name);
-    TRY(coll_check_overlap(g, name, kind, send, recv, count * dtype_size((dtype)t)));
+    TRY(coll_check_overlap(g, name, kind, send, recv, count * dtype_size((dtype)t), root));
     *a = (coll_args){
         .call = {.kind = kind, .t = (dtype)t, .op = (reduce_op)op, .root = root, .count = count},
         .send = send,

@@ -1,5 +1,7 @@
 /* ddpd: the coordinator. One zmq_poll loop over the control socket plus a periodic tick;
  * signal handlers only set flags. */
+#include <errno.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -43,6 +45,10 @@ static const config_option ddpd_options[] = {
      "LEVEL", log_levels},
     {"metrics-file", CONFIG_STRING, 1, 4096, NULL, offsetof(server_options, metrics_file),
      "write jobs and members in the Prometheus text format here every second (atomically)", "PATH"},
+    {"metrics-group", CONFIG_STRING, 1, 64, NULL, offsetof(server_options, metrics_group),
+     "the group that may read --metrics-file (mode 0640; node_exporter's, for its textfile collector); by default "
+     "ddpd's own",
+     "GROUP"},
     {"operator-group", CONFIG_STRING, 1, 64, "ddp", offsetof(server_options, operator_group),
      "its members, and root, may see and abort every user's job", "GROUP"},
     {"user-jobs", CONFIG_INT, 1, DDP_MAX_JOBS, "16", offsetof(server_options, user_jobs),
@@ -136,6 +142,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ddpd: %s\n", err);
         config_free(&ddpd_spec, &opts);
         return 2;
+    }
+    if (opts.metrics_group) {
+        errno = 0;
+        struct group *gr = getgrnam(opts.metrics_group);
+        if (!gr) {
+            fprintf(stderr, "ddpd: --metrics-group %s: %s\n", opts.metrics_group,
+                    errno ? strerror(errno) : "no such group");
+            config_free(&ddpd_spec, &opts);
+            return 2;
+        }
+        opts.metrics_gid = gr->gr_gid; /* looked up once: the loop makes no NSS lookups for it */
     }
     log_level level = LOG_LEVEL_INFO;
     log_level_from_string(opts.log_level, &level);

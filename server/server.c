@@ -1156,14 +1156,13 @@ int server_write_metrics(server *s, const char *path, bool up, char *err, size_t
     fclose(out);
     server_status_free(&st);
     atomic_file f;
-    /* Every job whole, as root and operators see them: readable by the operator group
-     * only (node_exporter's textfile collector runs as its own user: make it a member),
-     * not by every local user, to whom ddpctl shows others' jobs without their members. */
+    /* Every job whole, as root and operators see them: readable by --metrics-group only
+     * (node_exporter's: its textfile collector runs as its own user), not by every local
+     * user, to whom ddpctl shows others' jobs without their members. */
     if ((r = atomic_file_open(&f, path, 0640, "--metrics-file", err, err_size)) == 0) {
-        struct group *gr = s->opts.operator_group ? getgrnam(s->opts.operator_group) : NULL;
-        if (gr && fchown(f.fd, (uid_t)-1, gr->gr_gid) < 0 && !s->metrics_group_warned) {
+        if (s->opts.metrics_group && fchown(f.fd, (uid_t)-1, s->opts.metrics_gid) < 0 && !s->metrics_group_warned) {
             s->metrics_group_warned = true; /* not root, nor in the group: the file keeps ddpd's */
-            log_warn("--metrics-file %s: cannot give it to group %s: %s", path, gr->gr_name, strerror(errno));
+            log_warn("--metrics-file %s: cannot give it to group %s: %s", path, s->opts.metrics_group, strerror(errno));
         }
         for (size_t done = 0; r == 0 && done < size;) {
             ssize_t w = write(f.fd, text + done, size - done);

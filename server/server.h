@@ -4,6 +4,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/limits.h"
 #include "common/log.h"
@@ -21,6 +22,8 @@ typedef struct {
     int join_timeout;  /* seconds a job may take to form */
     char *log_level;
     char *metrics_file;
+    char *metrics_group; /* the metrics file's group, or NULL: ddpd's own */
+    gid_t metrics_gid;   /* metrics_group's, looked up at start-up */
     char *state_dir;      /* where the last generation is kept across restarts, or NULL */
     char *operator_group; /* its members (and root) may see and abort every job */
     /* Per user (a job's owner; every TCP client counts as one), over all its jobs. */

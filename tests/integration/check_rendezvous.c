@@ -1279,6 +1279,7 @@ START_TEST(test_ddpd_flags) {
         {{"--config", "/nonexistent/ddpd.conf"}, "/nonexistent/ddpd.conf: cannot open config file"},
         {{"--listen", "tcp://256.1.1.1:5", "--insecure"}, "Failed to bind 'tcp://256.1.1.1:5'"},
         {{"--listen", "tcp://256.1.1.1:5"}, "refusing to listen on tcp://256.1.1.1:5 without CURVE"},
+        {{"--metrics-group", "no-such-group"}, "--metrics-group no-such-group: no such group"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const char *argv[8] = {DDPD_PATH};

@@ -85,7 +85,7 @@ static void expect_prometheus(const char *text) {
     free(copy);
 }
 
-#define OPERATORS "nogroup" /* a group every Debian system has, other than root's */
+#define READERS "nogroup" /* a group every Debian system has, other than root's */
 
 START_TEST(test_notify_and_metrics) {
     char path[128], env_socket[160], metrics[128], seen[8192] = "";
@@ -96,8 +96,8 @@ START_TEST(test_notify_and_metrics) {
     /* under the unit's UMask=0077, as systemd runs it */
     const char *argv[] = {"/bin/sh",        "-c",       "umask 077 && exec \"$0\" \"$@\"",
                           DDPD_PATH,        "--listen", "tcp://127.0.0.1:*",
-                          "--metrics-file", metrics,    "--operator-group",
-                          OPERATORS,        NULL};
+                          "--metrics-file", metrics,    "--metrics-group",
+                          READERS,          NULL};
     ddpd_proc d;
     proc_start(&d.p, argv, env);
     ck_assert_msg(proc_expect(&d.p, "listening on ", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
@@ -120,13 +120,14 @@ START_TEST(test_notify_and_metrics) {
     ck_assert(next_notification(fd, "WATCHDOG=1", seen, sizeof(seen)));
     FILE *f = fopen(metrics, "r");
     ck_assert_msg(f, "no %s", metrics);
-    struct stat st; /* the operators' (node_exporter reads it as a member), not every user's */
+    struct stat st; /* --metrics-group's (node_exporter reads it as a member), not every user's */
     ck_assert_int_eq(fstat(fileno(f), &st), 0);
     ck_assert_msg((st.st_mode & 0777) == 0640, "%s is %o under umask 077, not 640", metrics, st.st_mode & 0777);
-    struct group *operators = getgrnam(OPERATORS);
-    if (operators && geteuid() == 0)
-        ck_assert_msg(st.st_gid == operators->gr_gid, "%s has group %u, not %s's %u", metrics, (unsigned)st.st_gid,
-                      OPERATORS, (unsigned)operators->gr_gid);
+    struct group *readers = getgrnam(READERS);
+    ck_assert_msg(readers, "no group %s", READERS);
+    if (geteuid() == 0) /* only root (or a member) may give a file to a group */
+        ck_assert_msg(st.st_gid == readers->gr_gid, "%s has group %u, not %s's %u", metrics, (unsigned)st.st_gid,
+                      READERS, (unsigned)readers->gr_gid);
     char text[8192];
     size_t n = fread(text, 1, sizeof(text) - 1, f);
     text[n] = '\0';

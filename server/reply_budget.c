@@ -220,7 +220,7 @@ static void collect_idle_connection(const char *key, void *value, void *ctx) {
     sweep_list *l = ctx;
     const reply_budget *r = value;
     if (l->all || (atomic_load_explicit(&r->bytes.queued, memory_order_acquire) == 0 &&
-                   (!r->noted_ms || l->now_ms - r->noted_ms > REPLY_NOTE_KEEP_MS)))
+                   (!r->noted_ms || l->now_ms > r->noted_ms + REPLY_NOTE_KEEP_MS)))
         collect(l, key);
 }
 

@@ -1,5 +1,6 @@
 #include "server/ended_jobs.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,13 +10,41 @@ static void ended_job_clear(ended_job *ej) {
     *ej = (ended_job){0};
 }
 
+static bool kept(const ended_job *ej, uint64_t now_ms) {
+    return ej->members && now_ms - ej->ended_ms <= ENDED_JOBS_KEEP_MS;
+}
+
+/* The slot for the next end: a free one, else the oldest of the owner with the most. */
+static ended_job *ended_jobs_slot(ended_jobs *e, uint64_t now_ms) {
+    size_t most = 0;
+    ended_job *slot = NULL;
+    for (size_t k = 0; k < ENDED_JOBS_KEPT; k++) {
+        ended_job *ej = &e->jobs[k];
+        if (!kept(ej, now_ms))
+            return ej;
+        size_t same = 0;
+        const ended_job *oldest = ej;
+        for (size_t i = 0; i < ENDED_JOBS_KEPT; i++)
+            if (e->jobs[i].owner == ej->owner) {
+                same++;
+                if (e->jobs[i].ended_ms < oldest->ended_ms)
+                    oldest = &e->jobs[i];
+            }
+        if (same > most) {
+            most = same;
+            slot = (ended_job *)oldest;
+        }
+    }
+    return slot;
+}
+
 void ended_jobs_add(ended_jobs *e, const job *j, int code, const char *reason, uint64_t now_ms) {
-    ended_job *ej = &e->jobs[e->next];
+    ended_job *ej = ended_jobs_slot(e, now_ms);
     ended_job_clear(ej);
     ej->members = j->n_members ? calloc(j->n_members, sizeof(*ej->members)) : NULL;
     if (!ej->members)
         return;
-    e->next = (e->next + 1) % ENDED_JOBS_KEPT;
+    ej->owner = j->owner;
     snprintf(ej->job, sizeof(ej->job), "%s", j->name);
     snprintf(ej->reason, sizeof(ej->reason), "%s", reason);
     ej->generation = j->generation;
@@ -33,7 +62,7 @@ ended_job *ended_jobs_find(ended_jobs *e, const uint8_t *identity, size_t identi
                            ended_member **ret_member) {
     for (size_t k = 0; k < ENDED_JOBS_KEPT; k++) {
         ended_job *ej = &e->jobs[k];
-        if (!ej->members || now_ms - ej->ended_ms > ENDED_JOBS_KEEP_MS)
+        if (!kept(ej, now_ms))
             continue;
         for (size_t i = 0; i < ej->n_members; i++)
             if (ej->members[i].identity_size == identity_size &&
@@ -48,5 +77,4 @@ ended_job *ended_jobs_find(ended_jobs *e, const uint8_t *identity, size_t identi
 void ended_jobs_free(ended_jobs *e) {
     for (size_t k = 0; k < ENDED_JOBS_KEPT; k++)
         ended_job_clear(&e->jobs[k]);
-    e->next = 0;
 }

@@ -8,7 +8,7 @@
 
 #include "server/job.h"
 
-#define ENDED_JOBS_KEPT 32                /* the last this many ends */
+#define ENDED_JOBS_KEPT 32                /* the last this many ends (see ended_jobs_add) */
 #define ENDED_JOBS_KEEP_MS (3600u * 1000) /* for at most an hour */
 
 typedef struct {
@@ -20,6 +20,7 @@ typedef struct {
 
 typedef struct {
     char job[DDP_MAX_JOB_NAME + 1];
+    int64_t owner;
     uint64_t generation;
     uint64_t ended_ms;
     int code;
@@ -30,11 +31,12 @@ typedef struct {
 
 typedef struct {
     ended_job jobs[ENDED_JOBS_KEPT];
-    size_t next; /* the slot the next end takes (the oldest) */
 } ended_jobs;
 
-/* Remembers that j ended now, with code and reason; forgets the oldest end if need be. A
- * failed allocation only means a late member hears less. */
+/* Remembers that j ended now, with code and reason. When every slot holds an end of the
+ * last hour, the oldest end of the owner that holds the most goes: a user who ends job
+ * after job forgets its own, never another user's. A failed allocation only means a late
+ * member hears less. */
 void ended_jobs_add(ended_jobs *e, const job *j, int code, const char *reason, uint64_t now_ms);
 /* The end of the job a connection was a member of, and the member; NULL if none is
  * remembered (or it is older than ENDED_JOBS_KEEP_MS). */

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/limits.h"
+#include "server/ended_jobs.h"
 #include "server/job.h"
 #include "tests/check_main.h"
 
@@ -418,6 +419,36 @@ START_TEST(test_check_join_reason_truncated) {
 }
 END_TEST
 
+/* One user ending job after job forgets its own ends, never another user's: the member
+ * of the other user's job, back late, is still told how its job ended. */
+START_TEST(test_ended_jobs_per_owner) {
+    ended_jobs e = {0};
+    job *mine = job_new("mine", "ddp", 1, NULL, 0, 0);
+    job_member m = member(0, 0);
+    ck_assert_int_eq(job_add_member(mine, &m), 0);
+    mine->owner = 1000;
+    ended_jobs_add(&e, mine, -ECONNABORTED, "rank 0 died", 1);
+    job_free(mine);
+    for (uint32_t i = 1; i <= 2 * ENDED_JOBS_KEPT; i++) {
+        job *churn = job_new("churn", "ddp", 1, NULL, 0, 0);
+        m = member(i, 0);
+        ck_assert_int_eq(job_add_member(churn, &m), 0);
+        churn->owner = 1001;
+        ended_jobs_add(&e, churn, -EPIPE, "left", 1 + i);
+        job_free(churn);
+    }
+    ended_member *em = NULL;
+    m = member(0, 0);
+    ended_job *ej = ended_jobs_find(&e, m.identity, m.identity_size, 100, &em);
+    ck_assert_msg(ej && strcmp(ej->job, "mine") == 0 && em->rank == 0, "the other user's end was forgotten");
+    m = member(1, 0); /* the churning user's oldest went */
+    ck_assert_ptr_null(ended_jobs_find(&e, m.identity, m.identity_size, 100, &em));
+    m = member(2 * ENDED_JOBS_KEPT, 0);
+    ck_assert_ptr_nonnull(ended_jobs_find(&e, m.identity, m.identity_size, 100, &em));
+    ended_jobs_free(&e);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("job");
 
@@ -434,6 +465,7 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_binary_identities);
     tcase_add_test(core, test_active_members);
     tcase_add_test(core, test_check_join_accepts);
+    tcase_add_test(core, test_ended_jobs_per_owner);
     suite_add_tcase(s, core);
 
     TCase *limits = tcase_create("limits");

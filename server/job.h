@@ -30,10 +30,10 @@ typedef struct {
     char data_key[CURVE_KEY_Z85]; /* its data socket's CURVE public key, for the peers ("": not tcp://) */
     uint64_t join_seq;            /* echoed in the Welcome */
     uint32_t local_pid;           /* the kernel's pid of its connection when on this host (ipc://), else 0 */
-    char stalled[32];      /* silent past the liveness window, its process still here: its state ("T: stopped") */
-    uint64_t gone_seen_ms; /* when a check first found its process gone (0: not yet): death is confirmed later */
+    char stalled[32];          /* silent past the liveness window, its process still here: its state ("T: stopped") */
+    uint64_t gone_seen_ms;     /* when a check first found its process gone (0: not yet): death is confirmed later */
     size_t unread_reply_bytes; /* a reply to it went past its reply budget with this much unread: it is ended */
-    uint64_t *ps_steps;    /* a rejoin's: the step of each ps bucket, until the job has recovered */
+    uint64_t *ps_steps;        /* a rejoin's: the step of each ps bucket, until the job has recovered */
     uint64_t last_heard_ms;
     bool left;
     bool at_barrier;
@@ -65,6 +65,9 @@ typedef struct {
     size_t n_members, capacity;
     uint64_t barrier_round;
     uint32_t barrier_arrived;
+    /* Rebuilt from rejoins: a rank may ask again for the round before barrier_round, whose
+     * release the ddpd that went away sent it too late (server_on_barrier). */
+    bool rebuilt;
     store store;
     store_waits waits;   /* members blocked in a store wait */
     uint64_t *ps_layout; /* ps mode: elements per gradient bucket, as the members declared */

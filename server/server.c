@@ -436,6 +436,34 @@ static int server_store_put(server *s, job *j, const char *key, const uint8_t *v
     return 0;
 }
 
+/* Tells one member its barrier (of seq) is done. */
+static void server_release_barrier(server *s, const job *j, const job_member *m, uint64_t round, uint64_t seq) {
+    Ddp__Barrier body = DDP__BARRIER__INIT;
+    body.round = round;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__BARRIER, j->name, -1, j->generation, seq);
+    env.barrier = &body;
+    server_send(s, m->identity, m->identity_size, &env);
+}
+
+/* A rank back after ddpd restarted has passed more barriers than the job was rebuilt at:
+ * the round the others wait at completed before the restart (no rank passes a barrier
+ * the others have not reached), and only its releases were lost. They are released, and
+ * the job goes on at the rank's round. */
+static void server_reconcile_barrier(server *s, job *j, int32_t rank, uint64_t round) {
+    if (round <= j->barrier_round)
+        return;
+    for (size_t i = 0; i < j->n_members; i++)
+        if (j->members[i].at_barrier) {
+            server_release_barrier(s, j, &j->members[i], j->barrier_round, j->members[i].barrier_seq);
+            j->members[i].at_barrier = false;
+        }
+    log_info("job '%s': rank %d is back past barrier %llu: it completed before ddpd restarted", j->name, rank,
+             (unsigned long long)j->barrier_round);
+    j->barrier_round = round;
+    j->barrier_arrived = 0;
+}
+
 /* Ranks that share memory and frames must read them alike: a rank's libddp speaks the
  * data plane of its job's first member, and in ps mode ddpd's own (it maps their segments). */
 static int server_check_data_plane(const job *j, const Ddp__Join *jn, char *reason, size_t reason_size) {
@@ -583,6 +611,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
         return;
     }
     if (rejoin) { /* answered once every rank is back (server_finish_recovery) */
+        server_reconcile_barrier(s, j, jn->rank, jn->barrier_round);
         for (size_t i = 0; i < jn->n_left; i++)
             server_note_gone_rank(j, (int32_t)jn->left[i]);
         for (size_t i = 0; i < jn->n_store; i++) { /* the keys it set: the store as the members knew it */
@@ -693,6 +722,10 @@ static void server_on_barrier(server *s, const wire_msg *msg) {
             return;
         }
     uint64_t round = msg->env->barrier->round;
+    if (j->rebuilt && round + 1 == j->barrier_round && !m->at_barrier) { /* see server_reconcile_barrier */
+        server_release_barrier(s, j, m, round, msg->env->seq);
+        return;
+    }
     if (round != j->barrier_round || m->at_barrier) {
         server_send_error(s, msg, -EPROTO, "barrier round %llu from rank %d, job '%s' is at round %llu",
                           (unsigned long long)round, m->rank, j->name, (unsigned long long)j->barrier_round);

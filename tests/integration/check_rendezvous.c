@@ -1136,6 +1136,85 @@ START_TEST(test_ps_silent_connection) {
 }
 END_TEST
 
+/* Waits for a message of type with seq on socket, past heartbeats. */
+static void expect_reply(void *socket, Ddp__MsgType type, uint64_t seq, const char *what) {
+    uint64_t deadline = clock_now_ms() + WAIT_MS;
+    for (;;) {
+        wire_msg msg;
+        ck_assert_msg(raw_next(socket, (int)clock_ms_until(deadline), &msg) == 0, "%s: no reply", what);
+        bool found = msg.env->type == type && msg.env->seq == seq;
+        bool other = !found && msg.env->type != DDP__MSG_TYPE__HEARTBEAT;
+        char text[256];
+        bool error = msg.env->type == DDP__MSG_TYPE__ERROR;
+        snprintf(text, sizeof(text), "%s: a %s (seq %llu)%s%s", what, wire_type_name(msg.env->type),
+                 (unsigned long long)msg.env->seq, error ? ": " : "", error ? msg.env->error->message : "");
+        wire_msg_close(&msg);
+        ck_assert_msg(!other, "%s", text);
+        if (found)
+            return;
+    }
+}
+
+/* ddpd restarted after releasing a barrier whose release never reached one rank: that rank
+ * comes back at the round before, asking for it again; the other, past it. The first is
+ * released at once (the barrier completed: no rank passes one the others have not
+ * reached), and both go on at the next round, whichever came back first. */
+START_TEST(test_rejoin_barrier_rounds) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    for (int behind_first = 0; behind_first < 2; behind_first++) {
+        char job[32];
+        snprintf(job, sizeof(job), "rounds-%d", behind_first);
+        void *r[2];
+        for (int k = 0; k < 2; k++) {
+            int rank = behind_first ? 1 - k : k; /* rank 1 is behind */
+            r[rank] = raw_connect(ctx, d.endpoint);
+            Ddp__Join join = DDP__JOIN__INIT;
+            join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
+            join.world_size = 2;
+            join.rank = rank;
+            join.pid = (uint32_t)getpid();
+            join.host = (char *)"test";
+            join.generation = 5;
+            join.barrier_round = rank == 1 ? 4 : 5;
+            Ddp__Envelope env;
+            wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, job, rank, 5, 1);
+            env.join = &join;
+            ck_assert_int_eq(wire_send(r[rank], NULL, 0, &env, NULL, 0), 0);
+            if (behind_first && k == 0) { /* it asks for its barrier again before the other is back */
+                Ddp__Barrier b = DDP__BARRIER__INIT;
+                b.round = 4;
+                wire_envelope_init(&env, DDP__MSG_TYPE__BARRIER, job, rank, 5, 20);
+                env.barrier = &b;
+                ck_assert_int_eq(wire_send(r[rank], NULL, 0, &env, NULL, 0), 0);
+            }
+        }
+        Ddp__Barrier b = DDP__BARRIER__INIT;
+        Ddp__Envelope env;
+        if (!behind_first) {
+            b.round = 4;
+            wire_envelope_init(&env, DDP__MSG_TYPE__BARRIER, job, 1, 5, 20);
+            env.barrier = &b;
+            ck_assert_int_eq(wire_send(r[1], NULL, 0, &env, NULL, 0), 0);
+        }
+        expect_reply(r[1], DDP__MSG_TYPE__BARRIER, 20, "rank 1's barrier 4");
+        b.round = 5;
+        for (int rank = 0; rank < 2; rank++) {
+            wire_envelope_init(&env, DDP__MSG_TYPE__BARRIER, job, rank, 5, 30);
+            env.barrier = &b;
+            ck_assert_int_eq(wire_send(r[rank], NULL, 0, &env, NULL, 0), 0);
+        }
+        for (int rank = 0; rank < 2; rank++) {
+            expect_reply(r[rank], DDP__MSG_TYPE__BARRIER, 30, "barrier 5");
+            zmq_close(r[rank]);
+        }
+    }
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* A rejoin's store keys count against its user's store quota as any set does: what does
  * not fit is left out, said in the log, and the rest is there. */
 START_TEST(test_rejoin_store_quota) {
@@ -1663,6 +1742,7 @@ int main(int argc, char **argv) {
     tcase_add_test(restart, test_ddpd_restart);
     tcase_add_loop_test(restart, test_ps_restart_behind, 0, 2);
     tcase_add_test(restart, test_rejoin_store_quota);
+    tcase_add_test(restart, test_rejoin_barrier_rounds);
     tcase_add_test(restart, test_stalled_remote_ddpd);
     tcase_add_test(restart, test_restart_after_a_rank_left);
     tcase_add_test(ps, test_parameter_server);

@@ -553,6 +553,29 @@ START_TEST(test_metrics_across_resume) {
 }
 END_TEST
 
+/* An epoch trained in two parts (stopped by --steps, resumed inside it): each part's line
+ * says which steps its loss and rate are of, and so do the metrics' epoch lines. */
+START_TEST(test_partial_epoch_lines) {
+    char ckpt[128], metrics[128];
+    path_in_dir(ckpt, sizeof(ckpt), "part.ckpt");
+    path_in_dir(metrics, sizeof(metrics), "part.jsonl");
+    const char *first[] = {"--checkpoint", ckpt, "--metrics", metrics, "--steps", "5", NULL};
+    proc p;
+    ck_assert_int_eq(train(&p, 1, first), 0);
+    assert_output(&p, "epoch 1 (steps 1-5 of 8): loss ");
+    proc_close(&p);
+    const char *rest[] = {"--checkpoint", ckpt, "--metrics", metrics, "--epochs", "2", "--resume", NULL};
+    ck_assert_int_eq(train(&p, 1, rest), 0);
+    assert_output(&p, "epoch 1 (steps 6-8 of 8): loss ");
+    assert_output(&p, "epoch 2: loss "); /* a whole one says nothing more */
+    proc_close(&p);
+    char *text = read_text(metrics);
+    ck_assert_msg(strstr(text, "\"first_step_in_epoch\":5,\"steps\":3"), "%s", text);
+    ck_assert_msg(strstr(text, "\"first_step_in_epoch\":0,\"steps\":8"), "%s", text);
+    free(text);
+}
+END_TEST
+
 /* A metrics file that cannot be written: said once, training finishes, the exit is 1. */
 START_TEST(test_metrics_write_error) {
     const char *args[] = {"--metrics", "/dev/full", "--epochs", "1", NULL};
@@ -968,6 +991,7 @@ int main(int argc, char **argv) {
     tcase_add_test(exits, test_cuda_module);
     TCase *resume = add_case(s, tcase_create("resume"));
     tcase_add_test(resume, test_metrics_across_resume);
+    tcase_add_test(resume, test_partial_epoch_lines);
     tcase_add_test(resume, test_resume_edges);
     tcase_add_test(resume, test_checkpoint_keep);
     tcase_add_test(resume, test_resume_refused_on_every_rank);

@@ -174,6 +174,10 @@ void metrics_write(trainer *t, const char *kind, uint64_t epoch, double loss, do
     cJSON_AddNumberToObject(j, "step", (double)t->step);
     cJSON_AddNumberToObject(j, "epoch", (double)epoch);
     cJSON_AddNumberToObject(j, "loss", loss);
+    if (!strcmp(kind, "epoch")) { /* the steps the loss and the rate are of: a part, after a resume */
+        cJSON_AddNumberToObject(j, "first_step_in_epoch", (double)t->line_first_step);
+        cJSON_AddNumberToObject(j, "steps", (double)t->line_steps);
+    }
     if (!strcmp(kind, "epoch") && t->m.spec.loss == LOSS_MSE) /* the toy model: a loss, not an accuracy */
         cJSON_AddNumberToObject(j, "test_loss", t->test_loss);
     if (!isnan(accuracy))

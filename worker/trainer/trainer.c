@@ -283,7 +283,7 @@ int trainer_run(trainer *t) {
     while (t->epoch < epochs && t->step < max_steps && !stopping) {
         sampler_set_epoch(&t->smp, t->epoch);
         double t0 = sync_now(), loss_sum = 0;
-        size_t n_steps = 0;
+        size_t n_steps = 0, first_step = t->step_in_epoch; /* not 0 when resumed inside the epoch */
         for (; t->step_in_epoch < steps_per_epoch && t->step < max_steps; t->step_in_epoch++) {
             size_t count;
             const uint32_t *idx = sampler_batch(&t->smp, t->step_in_epoch, &count);
@@ -351,17 +351,25 @@ int trainer_run(trainer *t) {
         last_accuracy = test_metric;
         double mean_loss = n_steps ? loss_sum / (double)n_steps : NAN;
         if (t->rank == 0) {
+            /* The loss and the rate are of the steps this process ran: a part of the epoch
+             * (resumed inside it, or stopped by --steps) says which. */
+            char which[96];
+            int w = snprintf(which, sizeof(which), "epoch %llu", (unsigned long long)epoch + 1);
+            if (first_step != 0 || !epoch_done)
+                snprintf(which + w, sizeof(which) - (size_t)w, " (steps %zu-%zu of %zu)", first_step + 1,
+                         first_step + n_steps, steps_per_epoch);
             if (isatty(STDOUT_FILENO))
                 printf("\r%60s\r", "");
             if (mse)
-                printf("epoch %llu: loss %.4f, test loss %.4f, %.0f samples/s (%.1f s, step %llu)\n",
-                       (unsigned long long)epoch + 1, mean_loss, test_metric, rate, train_s,
-                       (unsigned long long)t->step);
+                printf("%s: loss %.4f, test loss %.4f, %.0f samples/s (%.1f s, step %llu)\n", which, mean_loss,
+                       test_metric, rate, train_s, (unsigned long long)t->step);
             else
-                printf("epoch %llu: loss %.4f, test accuracy %.4f, %.0f samples/s (%.1f s, step %llu)\n",
-                       (unsigned long long)epoch + 1, mean_loss, accuracy, rate, train_s, (unsigned long long)t->step);
+                printf("%s: loss %.4f, test accuracy %.4f, %.0f samples/s (%.1f s, step %llu)\n", which, mean_loss,
+                       accuracy, rate, train_s, (unsigned long long)t->step);
             fflush(stdout);
         }
+        t->line_first_step = first_step;
+        t->line_steps = n_steps;
         metrics_write(t, "epoch", epoch, mean_loss, accuracy, rate, train_s);
         metrics_sync(t);
     }

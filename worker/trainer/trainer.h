@@ -44,6 +44,7 @@ typedef struct trainer {
     uint64_t step; /* optimizer steps taken */
     uint64_t epoch;
     size_t step_in_epoch;
+    size_t line_first_step, line_steps; /* the epoch line's steps: from step_in_epoch line_first_step, so many */
     sync_times times;
     double test_loss; /* MSE models: the last evaluation */
     FILE *metrics;

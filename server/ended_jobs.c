@@ -14,35 +14,38 @@ static bool kept(const ended_job *ej, uint64_t now_ms) {
     return ej->members && now_ms - ej->ended_ms <= ENDED_JOBS_KEEP_MS;
 }
 
-/* The slot for the next end: a free one, else the oldest of the owner with the most. */
-static ended_job *ended_jobs_slot(ended_jobs *e, uint64_t now_ms) {
+/* The slot for the next end, of owner: a free one, else the oldest end of the owner that
+ * holds the most (the new one counted for its owner; between owners that hold as many,
+ * the one whose oldest end is older). */
+static ended_job *ended_jobs_slot(ended_jobs *e, int64_t owner, uint64_t now_ms) {
     size_t most = 0;
     ended_job *slot = NULL;
     for (size_t k = 0; k < ENDED_JOBS_KEPT; k++) {
         ended_job *ej = &e->jobs[k];
         if (!kept(ej, now_ms))
             return ej;
-        size_t same = 0;
-        const ended_job *oldest = ej;
+        size_t same = ej->owner == owner; /* the end to come */
+        ended_job *oldest = ej;
         for (size_t i = 0; i < ENDED_JOBS_KEPT; i++)
             if (e->jobs[i].owner == ej->owner) {
                 same++;
                 if (e->jobs[i].ended_ms < oldest->ended_ms)
                     oldest = &e->jobs[i];
             }
-        if (same > most) {
+        if (same > most || (same == most && oldest->ended_ms < slot->ended_ms)) {
             most = same;
-            slot = (ended_job *)oldest;
+            slot = oldest;
         }
     }
     return slot;
 }
 
 void ended_jobs_add(ended_jobs *e, const job *j, int code, const char *reason, uint64_t now_ms) {
-    ended_job *ej = ended_jobs_slot(e, now_ms);
+    if (!j->n_members) /* nobody to tell: it takes no one's place */
+        return;
+    ended_job *ej = ended_jobs_slot(e, j->owner, now_ms);
     ended_job_clear(ej);
-    ej->members = j->n_members ? calloc(j->n_members, sizeof(*ej->members)) : NULL;
-    if (!ej->members)
+    if (!(ej->members = calloc(j->n_members, sizeof(*ej->members))))
         return;
     ej->owner = j->owner;
     snprintf(ej->job, sizeof(ej->job), "%s", j->name);

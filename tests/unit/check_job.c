@@ -446,6 +446,23 @@ START_TEST(test_ended_jobs_per_owner) {
     m = member(2 * ENDED_JOBS_KEPT, 0);
     ck_assert_ptr_nonnull(ended_jobs_find(&e, m.identity, m.identity_size, 100, &em));
     ended_jobs_free(&e);
+
+    /* as many users as slots, one end each: the next end takes the oldest's place, and
+     * the one after it the next oldest, not the newest's */
+    for (uint32_t i = 0; i < ENDED_JOBS_KEPT + 2; i++) {
+        job *one = job_new("one", "ddp", 1, NULL, 0, 0);
+        m = member(i, 0);
+        ck_assert_int_eq(job_add_member(one, &m), 0);
+        one->owner = 2000 + i;
+        ended_jobs_add(&e, one, -EPIPE, "left", 10 + i);
+        job_free(one);
+    }
+    for (uint32_t i = 0; i < ENDED_JOBS_KEPT + 2; i++) {
+        m = member(i, 0);
+        ck_assert_msg((ended_jobs_find(&e, m.identity, m.identity_size, 100, &em) != NULL) == (i >= 2),
+                      "user %u's end %s", i, i >= 2 ? "was forgotten" : "stayed");
+    }
+    ended_jobs_free(&e);
 }
 END_TEST
 

@@ -111,7 +111,6 @@ int job_recover(job *j, uint64_t generation, uint64_t barrier_round, const uint6
     j->generation = generation;
     j->barrier_round = barrier_round;
     j->recovering = true;
-    j->rebuilt = true;
     if (!j->n_ps_layout)
         return 0;
     TRY(ps_init(&j->ps, j->ps_layout, j->n_ps_layout, j->world_size));

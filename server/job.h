@@ -37,6 +37,7 @@ typedef struct {
     uint64_t last_heard_ms;
     bool left;
     bool at_barrier;
+    bool barrier_owed;    /* back a round behind the job after ddpd restarted: that round's barrier completed */
     uint64_t barrier_seq; /* echoed when the barrier completes */
     /* progress, as of its last heartbeat */
     uint64_t step;
@@ -65,9 +66,6 @@ typedef struct {
     size_t n_members, capacity;
     uint64_t barrier_round;
     uint32_t barrier_arrived;
-    /* Rebuilt from rejoins: a rank may ask again for the round before barrier_round, whose
-     * release the ddpd that went away sent it too late (server_on_barrier). */
-    bool rebuilt;
     store store;
     store_waits waits;   /* members blocked in a store wait */
     uint64_t *ps_layout; /* ps mode: elements per gradient bucket, as the members declared */

@@ -446,19 +446,38 @@ static void server_release_barrier(server *s, const job *j, const job_member *m,
     server_send(s, m->identity, m->identity_size, &env);
 }
 
-/* A rank back after ddpd restarted has passed more barriers than the job was rebuilt at:
- * the round the others wait at completed before the restart (no rank passes a barrier
- * the others have not reached), and only its releases were lost. They are released, and
- * the job goes on at the rank's round. */
-static void server_reconcile_barrier(server *s, job *j, int32_t rank, uint64_t round) {
-    if (round <= j->barrier_round)
+/* Ranks back after ddpd restarted may be a barrier apart: no rank passes a barrier the
+ * others have not all reached, so the round of those behind completed before the restart
+ * and only its releases were lost. A rank's round is refused unless within one of the
+ * job's. */
+static int server_check_barrier_round(const job *j, const Ddp__Join *jn, char *reason, size_t reason_size) {
+    if (jn->barrier_round + 1 >= j->barrier_round && jn->barrier_round <= j->barrier_round + 1)
+        return 0;
+    snprintf(reason, reason_size, "rank %d comes back at barrier round %llu, job '%s''s ranks at %llu: not one apart",
+             jn->rank, (unsigned long long)jn->barrier_round, j->name, (unsigned long long)j->barrier_round);
+    return -EPROTO;
+}
+
+/* Member m is back at round: behind the job, its barrier is owed (released when it asks
+ * again); ahead, the others are: those waiting are released now, the rest when they ask,
+ * and the job goes on at its round. */
+static void server_reconcile_barrier(server *s, job *j, job_member *m, uint64_t round) {
+    if (round + 1 == j->barrier_round) {
+        m->barrier_owed = true;
         return;
-    for (size_t i = 0; i < j->n_members; i++)
-        if (j->members[i].at_barrier) {
-            server_release_barrier(s, j, &j->members[i], j->barrier_round, j->members[i].barrier_seq);
-            j->members[i].at_barrier = false;
-        }
-    log_info("job '%s': rank %d is back past barrier %llu: it completed before ddpd restarted", j->name, rank,
+    }
+    if (round != j->barrier_round + 1)
+        return;
+    for (size_t i = 0; i < j->n_members; i++) {
+        job_member *x = &j->members[i];
+        if (x == m)
+            continue;
+        if (x->at_barrier)
+            server_release_barrier(s, j, x, j->barrier_round, x->barrier_seq);
+        x->barrier_owed = !x->at_barrier;
+        x->at_barrier = false;
+    }
+    log_info("job '%s': rank %d is back past barrier %llu: it completed before ddpd restarted", j->name, m->rank,
              (unsigned long long)j->barrier_round);
     j->barrier_round = round;
     j->barrier_arrived = 0;
@@ -516,6 +535,8 @@ static void server_on_join(server *s, const wire_msg *msg) {
                            sizeof(reason));
     if (r == 0)
         r = server_check_data_plane(j, jn, reason, sizeof(reason));
+    if (r == 0 && j && rejoin)
+        r = server_check_barrier_round(j, jn, reason, sizeof(reason));
     if (r == 0 && rejoin &&
         (jn->generation > DDP_MAX_GENERATION || (s->opts.state_dir && jn->generation > s->saved_generation))) {
         snprintf(reason, sizeof(reason), "a rejoin of generation %llu: no ddpd gave one past %llu",
@@ -611,7 +632,9 @@ static void server_on_join(server *s, const wire_msg *msg) {
         return;
     }
     if (rejoin) { /* answered once every rank is back (server_finish_recovery) */
-        server_reconcile_barrier(s, j, jn->rank, jn->barrier_round);
+        ssize_t back = job_find_member(j, msg->identity, msg->identity_size);
+        if (back >= 0)
+            server_reconcile_barrier(s, j, &j->members[back], jn->barrier_round);
         for (size_t i = 0; i < jn->n_left; i++)
             server_note_gone_rank(j, (int32_t)jn->left[i]);
         for (size_t i = 0; i < jn->n_store; i++) { /* the keys it set: the store as the members knew it */
@@ -722,10 +745,12 @@ static void server_on_barrier(server *s, const wire_msg *msg) {
             return;
         }
     uint64_t round = msg->env->barrier->round;
-    if (j->rebuilt && round + 1 == j->barrier_round && !m->at_barrier) { /* see server_reconcile_barrier */
+    if (m->barrier_owed && !m->at_barrier && round + 1 == j->barrier_round) { /* see server_reconcile_barrier */
+        m->barrier_owed = false;
         server_release_barrier(s, j, m, round, msg->env->seq);
         return;
     }
+    m->barrier_owed = false; /* it asks for the job's round: it had its release after all */
     if (round != j->barrier_round || m->at_barrier) {
         server_send_error(s, msg, -EPROTO, "barrier round %llu from rank %d, job '%s' is at round %llu",
                           (unsigned long long)round, m->rank, j->name, (unsigned long long)j->barrier_round);

@@ -1182,6 +1182,11 @@ START_TEST(test_rejoin_barrier_rounds) {
             wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, job, rank, 5, 1);
             env.join = &join;
             ck_assert_int_eq(wire_send(r[rank], NULL, 0, &env, NULL, 0), 0);
+            if (k == 0) { /* the first back rebuilds the job: the other comes after it */
+                char line[96];
+                snprintf(line, sizeof(line), "job '%s' (generation 5): rank %d rejoins", job, rank);
+                ck_assert_msg(proc_expect(&d.p, line, WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+            }
             if (behind_first && k == 0) { /* it asks for its barrier again before the other is back */
                 Ddp__Barrier b = DDP__BARRIER__INIT;
                 b.round = 4;
@@ -1199,6 +1204,11 @@ START_TEST(test_rejoin_barrier_rounds) {
             ck_assert_int_eq(wire_send(r[1], NULL, 0, &env, NULL, 0), 0);
         }
         expect_reply(r[1], DDP__MSG_TYPE__BARRIER, 20, "rank 1's barrier 4");
+        if (behind_first) { /* rank 0 raised the job's round: the waiting rank was released then */
+            char line[96];
+            snprintf(line, sizeof(line), "job '%s': rank 0 is back past barrier 4", job);
+            ck_assert_msg(proc_expect(&d.p, line, WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+        }
         b.round = 5;
         for (int rank = 0; rank < 2; rank++) {
             wire_envelope_init(&env, DDP__MSG_TYPE__BARRIER, job, rank, 5, 30);
@@ -1210,6 +1220,35 @@ START_TEST(test_rejoin_barrier_rounds) {
             zmq_close(r[rank]);
         }
     }
+    /* two rounds apart cannot be (the one behind would have had to pass a barrier the
+     * other had not reached): the second is refused */
+    void *r[2];
+    for (int rank = 0; rank < 2; rank++) {
+        r[rank] = raw_connect(ctx, d.endpoint);
+        Ddp__Join join = DDP__JOIN__INIT;
+        join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
+        join.world_size = 2;
+        join.rank = rank;
+        join.pid = (uint32_t)getpid();
+        join.host = (char *)"test";
+        join.generation = 6;
+        join.barrier_round = rank ? 3 : 5;
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "apart", rank, 6, 1);
+        env.join = &join;
+        ck_assert_int_eq(wire_send(r[rank], NULL, 0, &env, NULL, 0), 0);
+        if (rank == 0)
+            ck_assert_msg(proc_expect(&d.p, "job 'apart' (generation 6): rank 0 rejoins", WAIT_MS, NULL, 0), "%s",
+                          proc_output_tail(&d.p));
+    }
+    wire_msg msg;
+    ck_assert_int_eq(raw_next(r[1], WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
+    ck_assert_msg(strstr(msg.env->reject->reason, "rank 1 comes back at barrier round 3, job 'apart''s ranks at 5"),
+                  "%s", msg.env->reject->reason);
+    wire_msg_close(&msg);
+    for (int rank = 0; rank < 2; rank++)
+        zmq_close(r[rank]);
     zmq_ctx_term(ctx);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }

@@ -7,3 +7,6 @@
 #pragma once
 
 #define DDP_DATA_PLANE_VERSION 1
+/* What a Join without the field (0) speaks: the releases before it was sent read the
+ * layouts of version 1. */
+#define DDP_DATA_PLANE_UNSENT 1

@@ -485,19 +485,24 @@ static void server_reconcile_barrier(server *s, job *j, job_member *m, uint64_t 
 
 /* Ranks that share memory and frames must read them alike: a rank's libddp speaks the
  * data plane of its job's first member, and in ps mode ddpd's own (it maps their segments). */
+static uint32_t data_plane_of(const Ddp__Join *jn) {
+    return jn->data_plane ? jn->data_plane : DDP_DATA_PLANE_UNSENT;
+}
+
 static int server_check_data_plane(const job *j, const Ddp__Join *jn, char *reason, size_t reason_size) {
-    if (!strcmp(jn->mode, "ps") && jn->data_plane != DDP_DATA_PLANE_VERSION) {
+    uint32_t version = data_plane_of(jn);
+    if (!strcmp(jn->mode, "ps") && version != DDP_DATA_PLANE_VERSION) {
         snprintf(reason, reason_size,
                  "libddp's data plane version %u is not this ddpd's %u (ps mode: ddpd reads the ranks' segments): run "
                  "one release of ddpd and libddp",
-                 jn->data_plane, DDP_DATA_PLANE_VERSION);
+                 version, DDP_DATA_PLANE_VERSION);
         return -EPROTONOSUPPORT;
     }
-    if (j && jn->data_plane != j->data_plane) {
+    if (j && version != j->data_plane) {
         snprintf(reason, reason_size,
                  "libddp's data plane version %u is not job '%s''s %u (its first member's): every rank must run one "
                  "release of libddp",
-                 jn->data_plane, j->name, j->data_plane);
+                 version, j->name, j->data_plane);
         return -EPROTONOSUPPORT;
     }
     return 0;
@@ -581,7 +586,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
             return;
         }
         j->owner = uid;
-        j->data_plane = jn->data_plane;
+        j->data_plane = data_plane_of(jn);
         s->jobs[s->n_jobs++] = j;
         if (rejoin) { /* running already: its ranks come back one by one */
             if (job_recover(j, jn->generation, jn->barrier_round, jn->ps_steps, jn->n_ps_steps) < 0) {

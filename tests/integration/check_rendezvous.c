@@ -148,6 +148,26 @@ START_TEST(test_version_mismatch_rejected) {
         wire_msg_close(&msg);
     }
     zmq_close(raw);
+    /* a Join without the field, from a release before it was sent, speaks version 1: it
+     * forms a job with this release's libddp */
+    void *pair[2];
+    for (int k = 0; k < 2; k++) {
+        pair[k] = raw_connect(ctx, d.endpoint);
+        join.data_plane = k ? DDP_DATA_PLANE_VERSION : 0;
+        join.mode = (char *)"";
+        join.ps_buckets = NULL;
+        join.n_ps_buckets = 0;
+        wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "older", -1, 0, 9);
+        env.join = &join;
+        ck_assert_int_eq(wire_send(pair[k], NULL, 0, &env, NULL, 0), 0);
+    }
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(raw_next(pair[k], WAIT_MS, &msg), 0);
+        ck_assert_msg(msg.env->type == DDP__MSG_TYPE__WELCOME, "%s: %s", wire_type_name(msg.env->type),
+                      msg.env->type == DDP__MSG_TYPE__REJECT ? msg.env->reject->reason : "");
+        wire_msg_close(&msg);
+        zmq_close(pair[k]);
+    }
     zmq_ctx_term(ctx);
 
     proc second;

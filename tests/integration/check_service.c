@@ -85,7 +85,29 @@ static void expect_prometheus(const char *text) {
     free(copy);
 }
 
-#define READERS "nogroup" /* a group every Debian system has, other than root's */
+/* A group other than this process's own that it may give a file to: as root, any (the
+ * first other in the group database); else one of its supplementary groups. -1: none. */
+static gid_t other_group(char *name, size_t size) {
+    gid_t found = (gid_t)-1, mine = getegid();
+    if (geteuid() == 0) {
+        setgrent();
+        for (struct group *g; found == (gid_t)-1 && (g = getgrent());)
+            if (g->gr_gid != mine)
+                found = g->gr_gid;
+        endgrent();
+    } else {
+        gid_t groups[64];
+        int n = getgroups(64, groups);
+        for (int i = 0; i < n && found == (gid_t)-1; i++)
+            if (groups[i] != mine)
+                found = groups[i];
+    }
+    struct group *g = found != (gid_t)-1 ? getgrgid(found) : NULL;
+    if (!g)
+        return (gid_t)-1;
+    snprintf(name, size, "%s", g->gr_name);
+    return found;
+}
 
 START_TEST(test_notify_and_metrics) {
     char path[128], env_socket[160], metrics[128], seen[8192] = "";
@@ -94,10 +116,12 @@ START_TEST(test_notify_and_metrics) {
     snprintf(metrics, sizeof(metrics), "/tmp/check_service_%d.prom", (int)getpid());
     const char *env[] = {env_socket, "WATCHDOG_USEC=200000", NULL};
     /* under the unit's UMask=0077, as systemd runs it */
+    char readers[64];
+    gid_t readers_gid = other_group(readers, sizeof(readers)); /* -1: the file keeps ddpd's group */
     const char *argv[] = {"/bin/sh",        "-c",       "umask 077 && exec \"$0\" \"$@\"",
                           DDPD_PATH,        "--listen", "tcp://127.0.0.1:*",
-                          "--metrics-file", metrics,    "--metrics-group",
-                          READERS,          NULL};
+                          "--metrics-file", metrics,    readers_gid != (gid_t)-1 ? "--metrics-group" : NULL,
+                          readers,          NULL};
     ddpd_proc d;
     proc_start(&d.p, argv, env);
     ck_assert_msg(proc_expect(&d.p, "listening on ", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
@@ -123,11 +147,8 @@ START_TEST(test_notify_and_metrics) {
     struct stat st; /* --metrics-group's (node_exporter reads it as a member), not every user's */
     ck_assert_int_eq(fstat(fileno(f), &st), 0);
     ck_assert_msg((st.st_mode & 0777) == 0640, "%s is %o under umask 077, not 640", metrics, st.st_mode & 0777);
-    struct group *readers = getgrnam(READERS);
-    ck_assert_msg(readers, "no group %s", READERS);
-    if (geteuid() == 0) /* only root (or a member) may give a file to a group */
-        ck_assert_msg(st.st_gid == readers->gr_gid, "%s has group %u, not %s's %u", metrics, (unsigned)st.st_gid,
-                      READERS, (unsigned)readers->gr_gid);
+    ck_assert_msg(st.st_gid == (readers_gid != (gid_t)-1 ? readers_gid : getegid()), "%s has group %u, not %s's",
+                  metrics, (unsigned)st.st_gid, readers_gid != (gid_t)-1 ? readers : "ddpd");
     char text[8192];
     size_t n = fread(text, 1, sizeof(text) - 1, f);
     text[n] = '\0';

@@ -167,18 +167,27 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::create(const c10::intrusive
 
 void ProcessGroup::shutdown_all() {
     std::vector<c10::intrusive_ptr<ProcessGroup>> groups;
+    std::vector<const ProcessGroup *> closing; // last reference gone: each closes itself, and leaves the map
     {
         std::lock_guard<std::mutex> lock(open_groups_mutex);
-        for (auto &entry : open_groups)
-            if (auto g = entry.second.lock()) // none: its last reference went, it shuts itself down
+        for (auto entry = open_groups.begin(); entry != open_groups.end();)
+            if (auto g = entry->second.lock()) {
                 groups.push_back(std::move(g));
-        open_groups.clear();
+                entry = open_groups.erase(entry);
+            } else
+                closing.push_back((entry++)->first);
     }
     for (auto &g : groups)
         g->shutdown();
     groups.clear(); // a last reference dropped here closes its group now, on this thread
+    // Their calls end by their timeouts.
     std::unique_lock<std::mutex> lock(open_groups_mutex);
-    groups_closed.wait(lock, [] { return groups_closing == 0; }); // their calls end by their timeouts
+    groups_closed.wait(lock, [&] {
+        for (const ProcessGroup *g : closing)
+            if (open_groups.count(g))
+                return false; // its close has not begun
+        return groups_closing == 0;
+    });
 }
 
 ProcessGroup::ProcessGroup(ddp_group *group, int rank, int size)
@@ -202,7 +211,7 @@ void ProcessGroup::close() {
         no_gil.reset(new pybind11::gil_scoped_release());
     {
         std::lock_guard<std::mutex> lock(open_groups_mutex);
-        open_groups.erase(this);
+        open_groups.erase(this); // and counted as closing at once: shutdown_all sees one or the other
         groups_closing++;
     }
     shutdown();

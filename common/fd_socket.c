@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd_passed.h"
 
 int fd_socket_peer(int sock, fd_peer *ret) {
     struct ucred cred;
@@ -36,13 +37,19 @@ int fd_socket_send(int sock, int fd, int32_t rank) {
 }
 
 void fd_socket_close_passed(int fd) {
-    struct stat st;
-    if (fstat(fd, &st) == 0 &&
-        S_ISSOCK(st.st_mode)) { /* a sender's SO_LINGER would hold close() for as long as it set */
+    switch (fd_passed_kind_of(fd)) {
+    case FD_PASSED_SOCKET: { /* a sender's SO_LINGER would hold close() for as long as it set */
         struct linger at_once = {.l_onoff = 1, .l_linger = 0};
         setsockopt(fd, SOL_SOCKET, SO_LINGER, &at_once, sizeof(at_once));
+        close(fd);
+        break;
     }
-    close(fd);
+    case FD_PASSED_FILE: /* its filesystem may hold close() (fd_passed.h) */
+        fd_passed_close_aside(fd);
+        break;
+    default:
+        close(fd);
+    }
 }
 
 /* Closes every descriptor msg carried: what a refused message brought must not stay open. */

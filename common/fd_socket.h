@@ -24,6 +24,7 @@ int fd_socket_send(int sock, int fd, int32_t tag);
  * monotonic clock of common/clock.h): -ETIMEDOUT after, -EPROTO for anything else (whose
  * descriptors, if any came, are closed). */
 int fd_socket_recv(int sock, uint64_t deadline_ms, int *ret_fd, int32_t *ret_tag);
-/* Closes a descriptor another process passed: a socket at once, whatever SO_LINGER its
- * sender set (a close that lingered would hold this thread: ddpd's only one). */
+/* Closes a descriptor another process passed without waiting on it: a socket at once,
+ * whatever SO_LINGER its sender set, and a file elsewhere (FUSE's) on the closing thread
+ * (common/fd_passed.h): a close that waited would hold this thread, ddpd's only one. */
 void fd_socket_close_passed(int fd);

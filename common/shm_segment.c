@@ -11,6 +11,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "common/fd_passed.h"
+
 int shm_segment_make(const char *name, size_t bytes, int *ret_fd) {
     int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
@@ -25,6 +27,11 @@ int shm_segment_make(const char *name, size_t bytes, int *ret_fd) {
 }
 
 int shm_segment_map(int fd, size_t bytes, char **ret, char *why, size_t why_size) {
+    fd_passed_kind kind = fd_passed_kind_of(fd); /* before anything asks its filesystem */
+    if (kind != FD_PASSED_MEMFD) {
+        snprintf(why, why_size, "not a memfd of shared memory (%s)", fd_passed_kind_name(kind));
+        return -EPROTO;
+    }
     struct stat st;
     if (fstat(fd, &st) < 0) {
         snprintf(why, why_size, "cannot stat it: %s", strerror(errno));

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs every Debian package that ddpd's build, its tests and the default dataset need
-# (PyTorch among them: the torch_ddpd module and its tests); with --bench, also the peers
+# (PyTorch among them: the torch_ddpd module and its tests; fusepy: a FUSE mount that
+# stops answering, for check_security); with --bench, also the peers
 # that tests/bench/ measures against (OpenMPI); with
 # --fuzz, clang and its libFuzzer runtime (tests/fuzz). Idempotent and non-interactive;
 # run as root (or through sudo).
@@ -20,6 +21,7 @@ packages="
   libsystemd-dev systemd
   dataset-fashion-mnist
   python3-torch libtorch-dev pybind11-dev
+  python3-fusepy
 "
 case "${1:-}" in
   "") ;;

@@ -4,12 +4,14 @@
  * are that user's, whatever their names. Needs root, to act as the other user (setpriv):
  * skipped elsewhere. */
 #include <check.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -233,6 +235,79 @@ START_TEST(test_ps_segment_of_another_user) {
     stop_ddpd(&d);
 }
 END_TEST
+
+/* A rank of root's ps job that hands ddpd, as its push segment, a file on a FUSE mount that
+ * then stops answering (fstat, fstatfs and close would wait for good, only SIGKILL ending
+ * the wait): refused from /proc alone, never asked, and closed on a thread of its own;
+ * ddpd's loop goes on (it answers a status request). While this process holds the file
+ * it starts no other: an exec would close it, and wait too. */
+START_TEST(test_ps_segment_on_a_stalled_mount) {
+    char mount_dir[] = "/tmp/check_security_fuse_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(mount_dir));
+    const char *fs[] = {"/usr/bin/python3", FUSE_STALL_PATH, mount_dir, NULL};
+    proc server;
+    proc_start(&server, fs, NULL);
+    ck_assert_msg(proc_expect(&server, "mounted", WAIT_MS, NULL, 0), "%s", proc_output_tail(&server));
+    ddpd_proc d;
+    start_ddpd(&d, NULL, NULL);
+    void *ctx = zmq_ctx_new();
+    const uint64_t layout[] = {4};
+    void *members[2];
+    char socket_name[FD_SOCKET_NAME_BYTES] = "";
+    for (int r = 0; r < 2; r++)
+        members[r] = raw_ps_join(ctx, endpoint, "ps-fuse", r, layout, 1, (uint32_t)getpid());
+    for (int r = 0; r < 2; r++) {
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
+        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
+        wire_msg_close(&msg);
+    }
+
+    char path[96];
+    snprintf(path, sizeof(path), "%s/segment", mount_dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    snprintf(path, sizeof(path), "%s/stall", mount_dir);
+    struct stat st;
+    ck_assert_int_lt(stat(path, &st), 0); /* from now on it answers no more */
+    int sock = -1;
+    ck_assert_int_eq(fd_socket_connect(socket_name, &sock), 0);
+    ck_assert_int_eq(fd_socket_send(sock, fd, 0), 0);
+    bool refused = proc_expect(
+        &d.p, "rank 0's push segment is refused: not a memfd of shared memory (a file elsewhere)", WAIT_MS, NULL, 0);
+    Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REQUEST, "", -1, 0, 77);
+    env.status_request = &body;
+    void *ask = raw_connect(ctx, endpoint);
+    wire_msg msg = {0};
+    bool answered = raw_request(ask, &env, 5000, &msg) == 0 && msg.env->type == DDP__MSG_TYPE__STATUS_REPLY;
+    wire_msg_close(&msg);
+
+    proc_signal(&server, SIGKILL); /* the waits end with the mount: ddpd's closing thread's, and ours */
+    proc_wait(&server, WAIT_MS);
+    ck_assert_int_eq(umount2(mount_dir, MNT_DETACH), 0);
+    close(fd);
+    close(sock);
+    rmdir(mount_dir);
+    ck_assert_msg(refused, "%s", proc_output_tail(&d.p));
+    ck_assert_msg(answered, "ddpd did not answer a status request");
+    proc_close(&server);
+    zmq_close(ask);
+    for (int r = 0; r < 2; r++)
+        zmq_close(members[r]);
+    zmq_ctx_term(ctx);
+    stop_ddpd(&d);
+}
+END_TEST
+
+/* Whether this machine can serve a FUSE mount for the test: root, /dev/fuse, and
+ * Debian's python3-fusepy. */
+static bool fuse_usable(void) {
+    return geteuid() == 0 && access("/dev/fuse", R_OK | W_OK) == 0 &&
+           system("/usr/bin/python3 -c 'import fusepy' 2>/dev/null") == 0;
+}
 
 /* A DEALER on root's ddpd with the given ZeroMQ routing id (a member's, taken over). */
 static void *dealer_as(void *ctx, const char *id) {
@@ -656,6 +731,13 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_routing_id_of_another_user);
     if (geteuid() == 0)
         suite_add_tcase(s, tc);
+    if (check_selected(argc, argv, "stalled-mount") && !fuse_usable())
+        return check_skip("stalled-mount", "serving a FUSE mount needs root, /dev/fuse and python3-fusepy");
+    TCase *fuse = tcase_create("stalled-mount");
+    tcase_set_timeout(fuse, 120);
+    tcase_add_test(fuse, test_ps_segment_on_a_stalled_mount);
+    if (fuse_usable())
+        suite_add_tcase(s, fuse);
     TCase *curve = tcase_create("curve");
     tcase_set_timeout(curve, 120);
     tcase_add_test(curve, test_curve);

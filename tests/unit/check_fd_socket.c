@@ -7,11 +7,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd_passed.h"
 #include "common/fd_socket.h"
 #include "tests/check_main.h"
 
@@ -148,12 +152,45 @@ START_TEST(test_malformed_refused_and_closed) {
 }
 END_TEST
 
+/* What a passed descriptor is, told from /proc without asking its filesystem: only a
+ * memfd of shared memory is one; a file elsewhere is closed on the closing thread. */
+START_TEST(test_passed_kinds) {
+    int memfd = memfd_create("kind", MFD_CLOEXEC), huge = memfd_create("huge", MFD_CLOEXEC | MFD_HUGETLB);
+    int pipes[2], sv[2], events = eventfd(0, EFD_CLOEXEC);
+    char path[] = "/tmp/check_fd_passed_XXXXXX";
+    int file = mkstemp(path);
+    ck_assert(memfd >= 0 && file >= 0 && events >= 0);
+    unlink(path);
+    ck_assert_int_eq(pipe(pipes), 0);
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+    ck_assert_int_eq(fd_passed_kind_of(memfd), FD_PASSED_MEMFD);
+    if (huge >= 0) /* huge pages live on another mount (where the kernel has them) */
+        ck_assert_int_eq(fd_passed_kind_of(huge), FD_PASSED_FILE);
+    ck_assert_int_eq(fd_passed_kind_of(file), FD_PASSED_FILE);
+    ck_assert_int_eq(fd_passed_kind_of(pipes[0]), FD_PASSED_QUIET);
+    ck_assert_int_eq(fd_passed_kind_of(events), FD_PASSED_QUIET);
+    ck_assert_int_eq(fd_passed_kind_of(sv[0]), FD_PASSED_SOCKET);
+    ck_assert_int_eq(fd_passed_kind_of(1000000), FD_PASSED_FILE); /* not open: nothing is assumed */
+    fd_socket_close_passed(file);                                 /* on the closing thread: closed soon */
+    uint64_t deadline = clock_now_ms() + 5000;
+    while (fcntl(file, F_GETFD) >= 0 && clock_now_ms() < deadline)
+        usleep(1000);
+    ck_assert_msg(fcntl(file, F_GETFD) < 0, "a file passed on was not closed");
+    const int opened[] = {memfd, pipes[0], pipes[1], sv[0], sv[1], events};
+    for (size_t i = 0; i < sizeof(opened) / sizeof(opened[0]); i++)
+        close(opened[i]);
+    if (huge >= 0)
+        close(huge);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("fd_socket");
     TCase *tc = tcase_create("fd_socket");
     tcase_add_test(tc, test_one_descriptor_and_tag);
     tcase_add_test(tc, test_malformed_refused_and_closed);
     tcase_add_test(tc, test_lingering_socket_closed_at_once);
+    tcase_add_test(tc, test_passed_kinds);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

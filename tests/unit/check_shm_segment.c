@@ -67,18 +67,18 @@ START_TEST(test_refused) {
     ck_assert_int_ge(fd, 0);
     unlink(path);
     ck_assert_int_eq(ftruncate(fd, BYTES), 0);
-    expect_refused(fd, "a file without seals");
+    expect_refused(fd, "not a memfd of shared memory (a file elsewhere)");
     int pipes[2];
     ck_assert_int_eq(pipe(pipes), 0);
     close(pipes[1]);
-    expect_refused(pipes[0], "not a file");
+    expect_refused(pipes[0], "not a memfd of shared memory (a pipe or an anonymous inode)");
     /* huge pages: a hole its owner punched faults (SIGBUS) under the reader once the pool
      * is spent (where the kernel has no hugetlbfs there is nothing to refuse) */
     if ((fd = memfd_create("huge", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB)) >= 0) {
         ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
         expect_refused(fd, "not a memfd of shared memory");
     }
-    expect_refused(open("/dev/zero", O_RDWR | O_CLOEXEC), "not a file");
+    expect_refused(open("/dev/zero", O_RDWR | O_CLOEXEC), "not a memfd of shared memory (a file elsewhere)");
 }
 END_TEST
 

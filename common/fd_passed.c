@@ -37,19 +37,21 @@ static void find_memfd_mount(void) {
 }
 
 fd_passed_kind fd_passed_kind_of(int fd) {
+    pthread_once(&memfd_mount_once, find_memfd_mount);
+    if (memfd_mount < 0) /* no /proc here (or one without fdinfo's mount): nothing to tell by */
+        return FD_PASSED_UNKNOWN;
     char path[64], target[256];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     ssize_t n = readlink(path, target, sizeof(target) - 1);
     if (n < 0)
-        return FD_PASSED_FILE;
+        return FD_PASSED_FILE; /* not open */
     target[n] = '\0';
     if (!strncmp(target, "socket:[", 8))
         return FD_PASSED_SOCKET;
     if (!strncmp(target, "pipe:[", 6) || !strncmp(target, "anon_inode:", 11))
         return FD_PASSED_QUIET;
-    pthread_once(&memfd_mount_once, find_memfd_mount);
     int mount = mount_id(fd);
-    return mount >= 0 && mount == memfd_mount && !strncmp(target, "/memfd:", 7) ? FD_PASSED_MEMFD : FD_PASSED_FILE;
+    return mount == memfd_mount && !strncmp(target, "/memfd:", 7) ? FD_PASSED_MEMFD : FD_PASSED_FILE;
 }
 
 const char *fd_passed_kind_name(fd_passed_kind kind) {
@@ -60,8 +62,10 @@ const char *fd_passed_kind_name(fd_passed_kind kind) {
         return "a socket";
     case FD_PASSED_QUIET:
         return "a pipe or an anonymous inode";
-    default:
+    case FD_PASSED_FILE:
         return "a file elsewhere";
+    default:
+        return "unknown";
     }
 }
 

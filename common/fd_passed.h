@@ -10,7 +10,8 @@ typedef enum {
     FD_PASSED_MEMFD,  /* a memfd of shared memory (the kernel's own mount; not huge pages) */
     FD_PASSED_SOCKET, /* a socket */
     FD_PASSED_QUIET,  /* a pipe, an eventfd or another anonymous inode: nothing to wait on */
-    FD_PASSED_FILE,   /* a file on some filesystem, or unknown: touch it no more than needed */
+    FD_PASSED_FILE,   /* a file on some filesystem: touch it no more than needed */
+    FD_PASSED_UNKNOWN /* /proc cannot tell (not mounted): the caller looks as it did before */
 } fd_passed_kind;
 
 fd_passed_kind fd_passed_kind_of(int fd);

@@ -28,7 +28,7 @@ int shm_segment_make(const char *name, size_t bytes, int *ret_fd) {
 
 int shm_segment_map(int fd, size_t bytes, char **ret, char *why, size_t why_size) {
     fd_passed_kind kind = fd_passed_kind_of(fd); /* before anything asks its filesystem */
-    if (kind != FD_PASSED_MEMFD) {
+    if (kind != FD_PASSED_MEMFD && kind != FD_PASSED_UNKNOWN) {
         snprintf(why, why_size, "not a memfd of shared memory (%s)", fd_passed_kind_name(kind));
         return -EPROTO;
     }

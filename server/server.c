@@ -451,10 +451,16 @@ static void server_release_barrier(server *s, const job *j, const job_member *m,
  * and only its releases were lost. A rank's round is refused unless within one of the
  * job's. */
 static int server_check_barrier_round(const job *j, const Ddp__Join *jn, char *reason, size_t reason_size) {
-    if (jn->barrier_round + 1 >= j->barrier_round && jn->barrier_round <= j->barrier_round + 1)
+    bool behind = false; /* a rank back a round behind: the job's round is then the highest there can be */
+    for (size_t i = 0; i < j->n_members; i++)
+        behind |= j->members[i].barrier_owed;
+    if (jn->barrier_round + 1 >= j->barrier_round && jn->barrier_round <= j->barrier_round + (behind ? 0 : 1))
         return 0;
-    snprintf(reason, reason_size, "rank %d comes back at barrier round %llu, job '%s''s ranks at %llu: not one apart",
-             jn->rank, (unsigned long long)jn->barrier_round, j->name, (unsigned long long)j->barrier_round);
+    snprintf(reason, reason_size,
+             "rank %d comes back at barrier round %llu, job '%s''s ranks at %llu%s: ranks are never more than one "
+             "round apart",
+             jn->rank, (unsigned long long)jn->barrier_round, j->name, (unsigned long long)j->barrier_round,
+             behind ? " and one a round behind" : "");
     return -EPROTO;
 }
 

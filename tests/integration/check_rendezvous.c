@@ -1241,34 +1241,48 @@ START_TEST(test_rejoin_barrier_rounds) {
         }
     }
     /* two rounds apart cannot be (the one behind would have had to pass a barrier the
-     * other had not reached): the second is refused */
-    void *r[2];
-    for (int rank = 0; rank < 2; rank++) {
-        r[rank] = raw_connect(ctx, d.endpoint);
-        Ddp__Join join = DDP__JOIN__INIT;
-        join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
-        join.world_size = 2;
-        join.rank = rank;
-        join.pid = (uint32_t)getpid();
-        join.host = (char *)"test";
-        join.generation = 6;
-        join.barrier_round = rank ? 3 : 5;
-        Ddp__Envelope env;
-        wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "apart", rank, 6, 1);
-        env.join = &join;
-        ck_assert_int_eq(wire_send(r[rank], NULL, 0, &env, NULL, 0), 0);
-        if (rank == 0)
-            ck_assert_msg(proc_expect(&d.p, "job 'apart' (generation 6): rank 0 rejoins", WAIT_MS, NULL, 0), "%s",
-                          proc_output_tail(&d.p));
+     * other had not reached): the last back is refused, below the job's round or above
+     * one a rank is behind */
+    static const struct {
+        const char *job;
+        uint64_t rounds[3];
+        const char *refused;
+    } apart[] = {
+        {"apart", {5, 3}, "rank 1 comes back at barrier round 3, job 'apart''s ranks at 5: "},
+        {"ahead", {5, 6, 7}, "rank 2 comes back at barrier round 7, job 'ahead''s ranks at 6 and one a round behind"},
+    };
+    for (size_t c = 0; c < 2; c++) {
+        int world = apart[c].rounds[2] ? 3 : 2;
+        void *r[3];
+        for (int rank = 0; rank < world; rank++) {
+            r[rank] = raw_connect(ctx, d.endpoint);
+            Ddp__Join join = DDP__JOIN__INIT;
+            join.data_plane = DDP_DATA_PLANE_VERSION; /* as this build's libddp */
+            join.world_size = (uint32_t)world;
+            join.rank = rank;
+            join.pid = (uint32_t)getpid();
+            join.host = (char *)"test";
+            join.generation = 6;
+            join.barrier_round = apart[c].rounds[rank];
+            Ddp__Envelope env;
+            wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, apart[c].job, rank, 6, 1);
+            env.join = &join;
+            ck_assert_int_eq(wire_send(r[rank], NULL, 0, &env, NULL, 0), 0);
+            char line[96];
+            snprintf(line, sizeof(line),
+                     rank ? "job '%s': rank %d is back" : "job '%s' (generation 6): rank %d rejoins", apart[c].job,
+                     rank);
+            if (rank < world - 1) /* in order */
+                ck_assert_msg(proc_expect(&d.p, line, WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+        }
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(r[world - 1], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
+        ck_assert_msg(strstr(msg.env->reject->reason, apart[c].refused), "%s", msg.env->reject->reason);
+        wire_msg_close(&msg);
+        for (int rank = 0; rank < world; rank++)
+            zmq_close(r[rank]);
     }
-    wire_msg msg;
-    ck_assert_int_eq(raw_next(r[1], WAIT_MS, &msg), 0);
-    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
-    ck_assert_msg(strstr(msg.env->reject->reason, "rank 1 comes back at barrier round 3, job 'apart''s ranks at 5"),
-                  "%s", msg.env->reject->reason);
-    wire_msg_close(&msg);
-    for (int rank = 0; rank < 2; rank++)
-        zmq_close(r[rank]);
     zmq_ctx_term(ctx);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }

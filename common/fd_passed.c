@@ -1,6 +1,7 @@
 #define _GNU_SOURCE /* memfd_create */
 #include "common/fd_passed.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,24 +22,42 @@ static int mount_id(int fd) {
     fclose(f);
     text[n] = '\0';
     const char *at = strstr(text, "mnt_id:");
-    return at ? atoi(at + 7) : -1;
+    if (!at) {
+        errno = ENOENT; /* a /proc without it: nothing to tell by, now or later */
+        return -1;
+    }
+    return atoi(at + 7);
 }
 
+/* The mount of memfds of shared memory, found once a probe succeeds (one that fails for
+ * want of descriptors is tried again at the next call, never taken as an answer). */
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
 static int memfd_mount = -1;
-static pthread_once_t memfd_mount_once = PTHREAD_ONCE_INIT;
+static bool memfd_mount_unknowable; /* /proc here has no fdinfo mount to tell by */
 
-/* Every memfd of shared memory lives on the kernel's one internal mount: a fresh one's. */
-static void find_memfd_mount(void) {
-    int fd = memfd_create("ddp-probe", MFD_CLOEXEC);
-    if (fd >= 0) {
-        memfd_mount = mount_id(fd);
-        close(fd);
+static int memfd_mount_id(void) {
+    pthread_mutex_lock(&probe_lock);
+    if (memfd_mount < 0 && !memfd_mount_unknowable) {
+        int fd = memfd_create("ddp-probe", MFD_CLOEXEC);
+        if (fd >= 0) {
+            memfd_mount = mount_id(fd);
+            if (memfd_mount < 0 && errno != EMFILE && errno != ENFILE && errno != ENOMEM)
+                memfd_mount_unknowable = true;
+            close(fd);
+        }
     }
+    int id = memfd_mount;
+    pthread_mutex_unlock(&probe_lock);
+    return id;
+}
+
+bool fd_passed_can_tell(void) {
+    return memfd_mount_id() >= 0;
 }
 
 fd_passed_kind fd_passed_kind_of(int fd) {
-    pthread_once(&memfd_mount_once, find_memfd_mount);
-    if (memfd_mount < 0) /* no /proc here (or one without fdinfo's mount): nothing to tell by */
+    int memfd_mount_now = memfd_mount_id();
+    if (memfd_mount_now < 0) /* no /proc here (or one without fdinfo's mount), or no descriptor to probe with */
         return FD_PASSED_UNKNOWN;
     char path[64], target[256];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -51,7 +70,9 @@ fd_passed_kind fd_passed_kind_of(int fd) {
     if (!strncmp(target, "pipe:[", 6) || !strncmp(target, "anon_inode:", 11))
         return FD_PASSED_QUIET;
     int mount = mount_id(fd);
-    return mount == memfd_mount && !strncmp(target, "/memfd:", 7) ? FD_PASSED_MEMFD : FD_PASSED_FILE;
+    if (mount < 0)
+        return FD_PASSED_UNKNOWN; /* no descriptor to read fdinfo with: cannot tell */
+    return mount == memfd_mount_now && !strncmp(target, "/memfd:", 7) ? FD_PASSED_MEMFD : FD_PASSED_FILE;
 }
 
 const char *fd_passed_kind_name(fd_passed_kind kind) {
@@ -69,7 +90,12 @@ const char *fd_passed_kind_name(fd_passed_kind kind) {
     }
 }
 
-/* The closing thread's queue: descriptors to close, in order. */
+/* The closing threads' queue: descriptors to close, in order. Each thread takes one at a
+ * time, and a thread is started whenever none is free to take the next, up to
+ * FD_PASSED_CLOSERS: a close that waits for good holds one thread and one descriptor, not
+ * all the others behind it. */
+#define FD_PASSED_CLOSERS 16
+
 typedef struct closing {
     int fd;
     struct closing *next;
@@ -78,14 +104,16 @@ typedef struct closing {
 static pthread_mutex_t closing_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t closing_ready = PTHREAD_COND_INITIALIZER;
 static closing *closing_head, **closing_tail = &closing_head;
-static bool closer_started;
+static int closers, closers_idle;
 
 static void *closer(void *unused) {
     (void)unused;
     pthread_mutex_lock(&closing_lock);
     for (;;) {
+        closers_idle++;
         while (!closing_head)
             pthread_cond_wait(&closing_ready, &closing_lock);
+        closers_idle--;
         closing *c = closing_head;
         if (!(closing_head = c->next))
             closing_tail = &closing_head;
@@ -97,24 +125,54 @@ static void *closer(void *unused) {
     return NULL;
 }
 
-void fd_passed_close_aside(int fd) {
-    closing *c = malloc(sizeof(*c));
+/* A forked child has none of the threads: it starts its own (what was queued is its copy
+ * of the parent's descriptors, closed by the parent's threads: the child's stay open). */
+static void closing_after_fork(void) {
+    pthread_mutex_init(&closing_lock, NULL);
+    pthread_cond_init(&closing_ready, NULL);
+    closing_head = NULL;
+    closing_tail = &closing_head;
+    closers = closers_idle = 0;
+}
+
+static void closing_before_fork(void) {
     pthread_mutex_lock(&closing_lock);
-    if (c && !closer_started) {
+}
+
+static void closing_in_parent(void) {
+    pthread_mutex_unlock(&closing_lock);
+}
+
+static pthread_once_t closing_once = PTHREAD_ONCE_INIT;
+
+static void closing_setup(void) {
+    pthread_atfork(closing_before_fork, closing_in_parent, closing_after_fork);
+}
+
+void fd_passed_close_aside(int fd) {
+    pthread_once(&closing_once, closing_setup);
+    closing *c = malloc(sizeof(*c));
+    if (!c) {
+        close(fd); /* no memory: at once, as before */
+        return;
+    }
+    *c = (closing){.fd = fd};
+    pthread_mutex_lock(&closing_lock);
+    if (closers_idle == 0 && closers < FD_PASSED_CLOSERS) {
         pthread_t t;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        closer_started = pthread_create(&t, &attr, closer, NULL) == 0;
+        if (pthread_create(&t, &attr, closer, NULL) == 0)
+            closers++;
         pthread_attr_destroy(&attr);
     }
-    if (!c || !closer_started) {
+    if (closers == 0) { /* no thread could be had */
         pthread_mutex_unlock(&closing_lock);
         free(c);
-        close(fd); /* no thread: at once, as before */
+        close(fd);
         return;
     }
-    *c = (closing){.fd = fd};
     *closing_tail = c;
     closing_tail = &c->next;
     pthread_cond_signal(&closing_ready);

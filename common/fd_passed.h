@@ -5,6 +5,7 @@
  * it is instead (its link and its mount, from fdinfo), and such a file is closed on a
  * thread of its own. */
 #pragma once
+#include <stdbool.h>
 
 typedef enum {
     FD_PASSED_MEMFD,  /* a memfd of shared memory (the kernel's own mount; not huge pages) */
@@ -15,8 +16,11 @@ typedef enum {
 } fd_passed_kind;
 
 fd_passed_kind fd_passed_kind_of(int fd);
+/* Whether /proc here tells memfds apart (probed on the first call; ddpd asks at start-up,
+ * to say so when it cannot). */
+bool fd_passed_can_tell(void);
 /* "a memfd", "a socket", ... for messages. */
 const char *fd_passed_kind_name(fd_passed_kind kind);
-/* Closes fd on the closing thread (started on first use), where a close that waits holds
- * no one; at once where no thread can be had. */
+/* Closes fd on a closing thread (started as needed, a few at most), where a close that
+ * waits holds no one else; at once where no thread can be had. */
 void fd_passed_close_aside(int fd);

@@ -39,16 +39,15 @@ int fd_socket_send(int sock, int fd, int32_t rank) {
 void fd_socket_close_passed(int fd) {
     fd_passed_kind kind = fd_passed_kind_of(fd);
     struct stat st;
-    if (kind == FD_PASSED_FILE) { /* its filesystem may hold close() (fd_passed.h) */
-        fd_passed_close_aside(fd);
-        return;
-    }
     if (kind == FD_PASSED_SOCKET || (kind == FD_PASSED_UNKNOWN && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))) {
         /* a sender's SO_LINGER would hold close() for as long as it set */
         struct linger at_once = {.l_onoff = 1, .l_linger = 0};
         setsockopt(fd, SOL_SOCKET, SO_LINGER, &at_once, sizeof(at_once));
     }
-    close(fd);
+    if (kind == FD_PASSED_MEMFD || kind == FD_PASSED_QUIET || kind == FD_PASSED_UNKNOWN)
+        close(fd);
+    else /* a file's filesystem may hold close(), and a socket's may hold files in flight (fd_passed.h) */
+        fd_passed_close_aside(fd);
 }
 
 /* Closes every descriptor msg carried: what a refused message brought must not stay open. */

@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/fd_limit.h"
+#include "common/fd_passed.h"
 #include "common/log.h"
 #include "common/wire.h"
 #include "server/notify.h"
@@ -168,6 +169,9 @@ int main(int argc, char **argv) {
     /* A descriptor per member: a thousand members need more than the usual soft limit. */
     if ((r = fd_limit_raise(NULL)) < 0)
         log_warn("cannot raise the open-file limit: %s", strerror(-r));
+    if (!fd_passed_can_tell()) /* common/fd_passed.h */
+        log_warn("/proc cannot tell the descriptors ranks pass apart: a file on a FUSE mount that stops answering "
+                 "could hold ddpd");
     server s = {0};
     if ((r = server_open(&s, &opts)) < 0) {
         server_close(&s);

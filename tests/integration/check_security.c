@@ -3,10 +3,12 @@
  * kernel names each client (SO_PEERCRED through ZeroMQ's Peer-Address); each user's jobs
  * are that user's, whatever their names. Needs root, to act as the other user (setpriv):
  * skipped elsewhere. */
+#define _GNU_SOURCE /* unshare */
 #include <check.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,14 +239,18 @@ START_TEST(test_ps_segment_of_another_user) {
 END_TEST
 
 /* A rank of root's ps job that hands ddpd, as its push segment, a file on a FUSE mount that
- * then stops answering (fstat, fstatfs and close would wait for good, only SIGKILL ending
- * the wait): refused from /proc alone, never asked, and closed on a thread of its own;
- * ddpd's loop goes on (it answers a status request). While this process holds the file
- * it starts no other: an exec would close it, and wait too. */
+ * then stops answering anyone but this test (fstat, fstatfs and close would wait for good,
+ * only SIGKILL ending the wait): refused from /proc alone, never asked, and closed on a
+ * thread of its own, whose close waits; ddpd's loop goes on (it answers a status request).
+ * The mount is in a namespace of the test's own, gone with it whatever happens. While this
+ * process holds the file it starts no other: an exec would close it, and wait too. */
 START_TEST(test_ps_segment_on_a_stalled_mount) {
-    char mount_dir[] = "/tmp/check_security_fuse_XXXXXX";
+    ck_assert_int_eq(unshare(CLONE_NEWNS), 0); /* before any thread: ZeroMQ's come later */
+    ck_assert_int_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+    char mount_dir[] = "/tmp/check_security_fuse_XXXXXX", spared[16];
     ck_assert_ptr_nonnull(mkdtemp(mount_dir));
-    const char *fs[] = {"/usr/bin/python3", FUSE_STALL_PATH, mount_dir, NULL};
+    snprintf(spared, sizeof(spared), "%d", (int)getpid());
+    const char *fs[] = {"/usr/bin/python3", FUSE_STALL_PATH, mount_dir, spared, NULL};
     proc server;
     proc_start(&server, fs, NULL);
     ck_assert_msg(proc_expect(&server, "mounted", WAIT_MS, NULL, 0), "%s", proc_output_tail(&server));
@@ -270,30 +276,32 @@ START_TEST(test_ps_segment_on_a_stalled_mount) {
     ck_assert_int_ge(fd, 0);
     snprintf(path, sizeof(path), "%s/stall", mount_dir);
     struct stat st;
-    ck_assert_int_lt(stat(path, &st), 0); /* from now on it answers no more */
+    ck_assert_int_lt(stat(path, &st), 0); /* from now on it answers no one else */
     int sock = -1;
     ck_assert_int_eq(fd_socket_connect(socket_name, &sock), 0);
     ck_assert_int_eq(fd_socket_send(sock, fd, 0), 0);
-    bool refused = proc_expect(
-        &d.p, "rank 0's push segment is refused: not a memfd of shared memory (a file elsewhere)", WAIT_MS, NULL, 0);
+    close(fd); /* spared: it answers this process */
+    ck_assert_msg(proc_expect(&d.p, "rank 0's push segment is refused: not a memfd of shared memory (a file elsewhere)",
+                              WAIT_MS, NULL, 0),
+                  "%s", proc_output_tail(&d.p));
+    ck_assert_msg(proc_expect(&server, " waits in flush", WAIT_MS, NULL, 0), "ddpd's close was never held: %s",
+                  proc_output_tail(&server)); /* by one of its threads: this process is spared */
     Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;
     Ddp__Envelope env;
     wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REQUEST, "", -1, 0, 77);
     env.status_request = &body;
     void *ask = raw_connect(ctx, endpoint);
     wire_msg msg = {0};
-    bool answered = raw_request(ask, &env, 5000, &msg) == 0 && msg.env->type == DDP__MSG_TYPE__STATUS_REPLY;
+    ck_assert_int_eq(raw_request(ask, &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__STATUS_REPLY);
     wire_msg_close(&msg);
 
-    proc_signal(&server, SIGKILL); /* the waits end with the mount: ddpd's closing thread's, and ours */
+    proc_signal(&server, SIGKILL); /* the mount goes with it: ddpd's closing thread's wait ends */
     proc_wait(&server, WAIT_MS);
-    ck_assert_int_eq(umount2(mount_dir, MNT_DETACH), 0);
-    close(fd);
-    close(sock);
-    rmdir(mount_dir);
-    ck_assert_msg(refused, "%s", proc_output_tail(&d.p));
-    ck_assert_msg(answered, "ddpd did not answer a status request");
     proc_close(&server);
+    umount2(mount_dir, MNT_DETACH);
+    rmdir(mount_dir);
+    close(sock);
     zmq_close(ask);
     for (int r = 0; r < 2; r++)
         zmq_close(members[r]);
@@ -302,11 +310,11 @@ START_TEST(test_ps_segment_on_a_stalled_mount) {
 }
 END_TEST
 
-/* Whether this machine can serve a FUSE mount for the test: root, /dev/fuse, and
- * Debian's python3-fusepy. */
+/* Whether this machine can serve a FUSE mount for the test: root that may make a mount
+ * namespace, /dev/fuse, and Debian's python3-fusepy. */
 static bool fuse_usable(void) {
     return geteuid() == 0 && access("/dev/fuse", R_OK | W_OK) == 0 &&
-           system("/usr/bin/python3 -c 'import fusepy' 2>/dev/null") == 0;
+           system("unshare -m true 2>/dev/null && /usr/bin/python3 -c 'import fusepy' 2>/dev/null") == 0;
 }
 
 /* A DEALER on root's ddpd with the given ZeroMQ routing id (a member's, taken over). */

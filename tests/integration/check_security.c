@@ -200,23 +200,30 @@ START_TEST(test_abort_names_the_owner) {
 }
 END_TEST
 
-START_TEST(test_ps_segment_of_another_user) {
-    ddpd_proc d;
-    start_ddpd(&d, NULL, NULL);
-    void *ctx = zmq_ctx_new();
+/* A ps job of two ranks on root's ddpd, both of them this process, with a layout of {4}:
+ * their connections in members, and the socket ddpd takes push segments on. */
+static void ps_job_of_this_process(void *ctx, const char *job, void *members[2],
+                                   char socket_name[FD_SOCKET_NAME_BYTES]) {
     const uint64_t layout[] = {4};
-    void *members[2];
-    char socket_name[FD_SOCKET_NAME_BYTES] = "";
-    for (int r = 0; r < 2; r++) /* this process is both ranks */
-        members[r] = raw_ps_join(ctx, endpoint, "ps-lab", r, layout, 1, (uint32_t)getpid());
+    for (int r = 0; r < 2; r++)
+        members[r] = raw_ps_join(ctx, endpoint, job, r, layout, 1, (uint32_t)getpid());
     for (int r = 0; r < 2; r++) {
         wire_msg msg;
         ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
         ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
         ck_assert_msg(msg.env->welcome->ps_socket && msg.env->welcome->ps_socket[0], "no ps socket in the Welcome");
-        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
+        snprintf(socket_name, FD_SOCKET_NAME_BYTES, "%s", msg.env->welcome->ps_socket);
         wire_msg_close(&msg);
     }
+}
+
+START_TEST(test_ps_segment_of_another_user) {
+    ddpd_proc d;
+    start_ddpd(&d, NULL, NULL);
+    void *ctx = zmq_ctx_new();
+    void *members[2];
+    char socket_name[FD_SOCKET_NAME_BYTES] = "";
+    ps_job_of_this_process(ctx, "ps-lab", members, socket_name);
     pid_t child = fork();
     ck_assert_int_ge(child, 0);
     if (child == 0) {
@@ -257,18 +264,9 @@ START_TEST(test_ps_segment_on_a_stalled_mount) {
     ddpd_proc d;
     start_ddpd(&d, NULL, NULL);
     void *ctx = zmq_ctx_new();
-    const uint64_t layout[] = {4};
     void *members[2];
     char socket_name[FD_SOCKET_NAME_BYTES] = "";
-    for (int r = 0; r < 2; r++)
-        members[r] = raw_ps_join(ctx, endpoint, "ps-fuse", r, layout, 1, (uint32_t)getpid());
-    for (int r = 0; r < 2; r++) {
-        wire_msg msg;
-        ck_assert_int_eq(raw_next(members[r], WAIT_MS, &msg), 0);
-        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
-        snprintf(socket_name, sizeof(socket_name), "%s", msg.env->welcome->ps_socket);
-        wire_msg_close(&msg);
-    }
+    ps_job_of_this_process(ctx, "ps-fuse", members, socket_name);
 
     char path[96];
     snprintf(path, sizeof(path), "%s/segment", mount_dir);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,25 +31,33 @@ static int mount_id(int fd) {
 }
 
 /* The mount of memfds of shared memory, found once a probe succeeds (one that fails for
- * want of descriptors is tried again at the next call, never taken as an answer). */
+ * want of descriptors is tried again at the next call, never taken as an answer); read
+ * without the lock once known. */
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
-static int memfd_mount = -1;
-static bool memfd_mount_unknowable; /* /proc here has no fdinfo mount to tell by */
+static _Atomic int memfd_mount = -1;
+static _Atomic bool memfd_mount_unknowable; /* /proc here has no fdinfo mount to tell by */
+
+static void fork_handlers_once(void);
 
 static int memfd_mount_id(void) {
+    int id = atomic_load(&memfd_mount);
+    if (id >= 0 || atomic_load(&memfd_mount_unknowable))
+        return id;
+    fork_handlers_once(); /* a child forked while another thread probes must not inherit the lock held */
     pthread_mutex_lock(&probe_lock);
-    if (memfd_mount < 0 && !memfd_mount_unknowable) {
+    if (atomic_load(&memfd_mount) < 0 && !atomic_load(&memfd_mount_unknowable)) {
         int fd = memfd_create("ddp-probe", MFD_CLOEXEC);
         if (fd >= 0) {
-            memfd_mount = mount_id(fd);
-            if (memfd_mount < 0 && errno != EMFILE && errno != ENFILE && errno != ENOMEM)
-                memfd_mount_unknowable = true;
+            int found = mount_id(fd);
+            if (found >= 0)
+                atomic_store(&memfd_mount, found);
+            else if (errno != EMFILE && errno != ENFILE && errno != ENOMEM)
+                atomic_store(&memfd_mount_unknowable, true);
             close(fd);
         }
     }
-    int id = memfd_mount;
     pthread_mutex_unlock(&probe_lock);
-    return id;
+    return atomic_load(&memfd_mount);
 }
 
 bool fd_passed_can_tell(void) {
@@ -57,8 +66,8 @@ bool fd_passed_can_tell(void) {
 
 fd_passed_kind fd_passed_kind_of(int fd) {
     int memfd_mount_now = memfd_mount_id();
-    if (memfd_mount_now < 0) /* no /proc here (or one without fdinfo's mount), or no descriptor to probe with */
-        return FD_PASSED_UNKNOWN;
+    if (memfd_mount_now < 0 && atomic_load(&memfd_mount_unknowable))
+        return FD_PASSED_UNKNOWN; /* no /proc here (or one without fdinfo's mount): nothing to tell by */
     char path[64], target[256];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     ssize_t n = readlink(path, target, sizeof(target) - 1);
@@ -69,10 +78,12 @@ fd_passed_kind fd_passed_kind_of(int fd) {
         return FD_PASSED_SOCKET;
     if (!strncmp(target, "pipe:[", 6) || !strncmp(target, "anon_inode:", 11))
         return FD_PASSED_QUIET;
-    int mount = mount_id(fd);
-    if (mount < 0)
-        return FD_PASSED_UNKNOWN; /* no descriptor to read fdinfo with: cannot tell */
-    return mount == memfd_mount_now && !strncmp(target, "/memfd:", 7) ? FD_PASSED_MEMFD : FD_PASSED_FILE;
+    if (strncmp(target, "/memfd:", 7) != 0)
+        return FD_PASSED_FILE;
+    /* a memfd's name, on the memfds' mount; where either cannot be read now (no descriptor
+     * to spare), it is not taken for one */
+    int mount = memfd_mount_now >= 0 ? mount_id(fd) : -1;
+    return mount >= 0 && mount == memfd_mount_now ? FD_PASSED_MEMFD : FD_PASSED_FILE;
 }
 
 const char *fd_passed_kind_name(fd_passed_kind kind) {
@@ -104,7 +115,8 @@ typedef struct closing {
 static pthread_mutex_t closing_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t closing_ready = PTHREAD_COND_INITIALIZER;
 static closing *closing_head, **closing_tail = &closing_head;
-static int closers, closers_idle;
+static size_t queued;                /* in the queue */
+static size_t closers, closers_idle; /* threads, and those waiting for the queue */
 
 static void *closer(void *unused) {
     (void)unused;
@@ -117,6 +129,7 @@ static void *closer(void *unused) {
         closing *c = closing_head;
         if (!(closing_head = c->next))
             closing_tail = &closing_head;
+        queued--;
         pthread_mutex_unlock(&closing_lock);
         close(c->fd); /* may wait on its filesystem: this thread's only job */
         free(c);
@@ -125,22 +138,23 @@ static void *closer(void *unused) {
     return NULL;
 }
 
-/* A forked child has none of the threads: it starts its own (what was queued is its copy
- * of the parent's descriptors, closed by the parent's threads: the child's stay open). */
+/* A forked child has none of the threads: what was queued (its own copies) waits for the
+ * thread its next close aside starts. */
 static void closing_after_fork(void) {
+    pthread_mutex_init(&probe_lock, NULL);
     pthread_mutex_init(&closing_lock, NULL);
     pthread_cond_init(&closing_ready, NULL);
-    closing_head = NULL;
-    closing_tail = &closing_head;
     closers = closers_idle = 0;
 }
 
 static void closing_before_fork(void) {
+    pthread_mutex_lock(&probe_lock);
     pthread_mutex_lock(&closing_lock);
 }
 
 static void closing_in_parent(void) {
     pthread_mutex_unlock(&closing_lock);
+    pthread_mutex_unlock(&probe_lock);
 }
 
 static pthread_once_t closing_once = PTHREAD_ONCE_INIT;
@@ -149,8 +163,12 @@ static void closing_setup(void) {
     pthread_atfork(closing_before_fork, closing_in_parent, closing_after_fork);
 }
 
-void fd_passed_close_aside(int fd) {
+static void fork_handlers_once(void) {
     pthread_once(&closing_once, closing_setup);
+}
+
+void fd_passed_close_aside(int fd) {
+    fork_handlers_once();
     closing *c = malloc(sizeof(*c));
     if (!c) {
         close(fd); /* no memory: at once, as before */
@@ -158,7 +176,7 @@ void fd_passed_close_aside(int fd) {
     }
     *c = (closing){.fd = fd};
     pthread_mutex_lock(&closing_lock);
-    if (closers_idle == 0 && closers < FD_PASSED_CLOSERS) {
+    if (queued >= closers_idle && closers < FD_PASSED_CLOSERS) { /* the idle ones have as many to take */
         pthread_t t;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
@@ -175,6 +193,7 @@ void fd_passed_close_aside(int fd) {
     }
     *closing_tail = c;
     closing_tail = &c->next;
+    queued++;
     pthread_cond_signal(&closing_ready);
     pthread_mutex_unlock(&closing_lock);
 }

@@ -66,6 +66,7 @@ typedef struct {
     size_t n_members, capacity;
     uint64_t barrier_round;
     uint32_t barrier_arrived;
+    bool rounds_split; /* a rank came back a round behind the others: barrier_round is the highest there is */
     store store;
     store_waits waits;   /* members blocked in a store wait */
     uint64_t *ps_layout; /* ps mode: elements per gradient bucket, as the members declared */

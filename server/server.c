@@ -451,9 +451,7 @@ static void server_release_barrier(server *s, const job *j, const job_member *m,
  * and only its releases were lost. A rank's round is refused unless within one of the
  * job's. */
 static int server_check_barrier_round(const job *j, const Ddp__Join *jn, char *reason, size_t reason_size) {
-    bool behind = false; /* a rank back a round behind: the job's round is then the highest there can be */
-    for (size_t i = 0; i < j->n_members; i++)
-        behind |= j->members[i].barrier_owed;
+    bool behind = j->rounds_split;
     if (jn->barrier_round + 1 >= j->barrier_round && jn->barrier_round <= j->barrier_round + (behind ? 0 : 1))
         return 0;
     snprintf(reason, reason_size,
@@ -470,10 +468,12 @@ static int server_check_barrier_round(const job *j, const Ddp__Join *jn, char *r
 static void server_reconcile_barrier(server *s, job *j, job_member *m, uint64_t round) {
     if (round + 1 == j->barrier_round) {
         m->barrier_owed = true;
+        j->rounds_split = true;
         return;
     }
     if (round != j->barrier_round + 1)
         return;
+    j->rounds_split = true;
     for (size_t i = 0; i < j->n_members; i++) {
         job_member *x = &j->members[i];
         if (x == m)

@@ -1,8 +1,6 @@
 #include "server/server.h"
 
 #include <errno.h>
-#include <grp.h>
-#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +17,16 @@
 #include "common/process_state.h"
 #include "server/generation_file.h"
 #include "server/prometheus.h"
+#include "server/user_directory.h"
 #include "server/zap.h"
 
 #define SERVER_DISPATCH_BATCH 1024 /* messages per dispatch, so the tick is never starved */
 #define SERVER_GONE_CONFIRM_MS 100 /* a gone member's last messages get this long to be read */
+/* The user directory (user_directory.h): how long the loop waits, once, for a name it has
+ * not seen (a tenth of the default heartbeat), and how long an answer serves before it is
+ * asked again in the background. */
+#define SERVER_USER_LOOKUP_WAIT_MS 50
+#define SERVER_USER_LOOKUP_TTL_MS 60000
 
 /* ---- sending ---------------------------------------------------------------------- */
 
@@ -125,19 +129,19 @@ static void server_send_heartbeats(server *s, const job *j, const job_member *on
 
 /* ---- who asks ------------------------------------------------------------------------- */
 
-/* The uid of the user who sent msg, as the kernel says (ddpd bound to ipc://); -1 when
- * ddpd cannot tell (a TCP client): such clients share one namespace of their own. */
+/* The uid of the user who sent msg, as the kernel says (ddpd bound to ipc://) or as the
+ * CURVE users file does; -1 when ddpd cannot tell (a TCP client): such clients share one
+ * namespace of their own. */
 static int64_t server_peer_uid(const server *s, const wire_msg *msg) {
     uint32_t uid, pid;
     if (s->zap) { /* CURVE: the user the ZAP handler found for the client's key */
-        struct passwd *pw = msg->user[0] ? getpwnam(msg->user) : NULL;
-        return pw ? (int64_t)pw->pw_uid : -1;
+        uid_t user_uid;
+        return zap_user_uid(s->zap, msg->user, &user_uid) == 0 ? (int64_t)user_uid : -1;
     }
     return s->local && wire_peer_credentials(msg, &uid, &pid) == 0 ? (int64_t)uid : -1;
 }
 
-/* Who sent msg, as a name for the reply budgets' shares (server_peer_uid's answer
- * without its NSS lookup, which the loop must not make for every message). */
+/* Who sent msg, as a name for the reply budgets' shares (no lookup: for every message). */
 static void server_peer_account(const server *s, const wire_msg *msg, char *buf, size_t size) {
     uint32_t uid, pid;
     if (s->zap)
@@ -148,33 +152,24 @@ static void server_peer_account(const server *s, const wire_msg *msg, char *buf,
         snprintf(buf, size, "tcp");
 }
 
-/* root, or a member of the operator group: sees and aborts every job. */
-static bool server_privileged(const server *s, int64_t uid) {
+/* root, or a member of the operator group: sees and aborts every job. 1 or 0, or
+ * -ETIMEDOUT while the user directory has not answered yet. */
+static int server_privileged(const server *s, int64_t uid) {
     if (uid == 0)
-        return true;
+        return 1;
     if (uid < 0 || !s->opts.operator_group)
-        return false;
-    struct group *gr = getgrnam(s->opts.operator_group);
-    struct passwd *pw = gr ? getpwuid((uid_t)uid) : NULL;
-    if (!pw)
-        return false;
-    if (pw->pw_gid == gr->gr_gid)
-        return true;
-    for (char **m = gr->gr_mem; *m; m++)
-        if (strcmp(*m, pw->pw_name) == 0)
-            return true;
-    return false;
+        return 0;
+    int r = user_directory_in_group(s->users, (uid_t)uid, s->opts.operator_group); /* failures: logged there */
+    return r == -ETIMEDOUT ? r : r > 0;
 }
 
-/* "user root", "uid 1234", or "a TCP client": for refusals and ddpctl status. */
-static void server_user_name(int64_t uid, char *buf, size_t size) {
-    struct passwd *pw = uid >= 0 ? getpwuid((uid_t)uid) : NULL;
-    if (pw)
-        snprintf(buf, size, "%s", pw->pw_name);
-    else if (uid >= 0)
-        snprintf(buf, size, "uid %lld", (long long)uid);
-    else
+/* "root", "uid 1234" (no such user, or no answer yet), or "" for a TCP client: for
+ * refusals and ddpctl status. */
+static void server_user_name(const server *s, int64_t uid, char *buf, size_t size) {
+    if (uid < 0)
         buf[0] = '\0';
+    else if (user_directory_name(s->users, (uid_t)uid, buf, size) < 0)
+        snprintf(buf, size, "uid %lld", (long long)uid);
 }
 
 /* The job name of owner: jobs of different users never collide, whatever their names. */
@@ -220,9 +215,9 @@ static user_usage server_usage(const server *s, int64_t owner) {
 }
 
 /* "user root's jobs" or "TCP clients' jobs": whose quota it is. */
-static void server_quota_holder(int64_t owner, char *buf, size_t size) {
+static void server_quota_holder(const server *s, int64_t owner, char *buf, size_t size) {
     char name[64];
-    server_user_name(owner, name, sizeof(name));
+    server_user_name(s, owner, name, sizeof(name));
     if (name[0])
         snprintf(buf, size, "user %s's jobs", name);
     else
@@ -417,7 +412,7 @@ static int server_store_put(server *s, job *j, const char *key, const uint8_t *v
     double adding = ((double)(strlen(key) + len) - (old ? (double)(strlen(old->key) + old->size) : 0)) / (1 << 20);
     if (adding > 0 && use.store_mb + adding > s->opts.user_store_mb) {
         char holder[96];
-        server_quota_holder(j->owner, holder, sizeof(holder));
+        server_quota_holder(s, j->owner, holder, sizeof(holder));
         snprintf(why, why_size,
                  "store-set '%.64s' in job '%s': %s hold %.3f MB of store, and one user may hold %g (ddpd "
                  "--user-store-mb)",
@@ -560,7 +555,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
     }
     user_usage use = server_usage(s, uid);
     char holder[96];
-    server_quota_holder(uid, holder, sizeof(holder));
+    server_quota_holder(s, uid, holder, sizeof(holder));
     double ps_mb = j ? 0 : job_ps_mb(layout_floats(jn->ps_buckets, jn->n_ps_buckets), jn->world_size);
     if (r == 0 && !j && use.jobs >= (size_t)s->opts.user_jobs) {
         snprintf(reason, sizeof(reason), "%s are %zu, the most one user may hold (ddpd --user-jobs %d)", holder,
@@ -847,7 +842,7 @@ static void server_on_store(server *s, const wire_msg *msg) {
         user_usage use = server_usage(s, j->owner);
         if (use.waits >= (size_t)s->opts.user_store_waits) {
             char holder[96];
-            server_quota_holder(j->owner, holder, sizeof(holder));
+            server_quota_holder(s, j->owner, holder, sizeof(holder));
             server_send_error(s, msg, -EDQUOT,
                               "store-wait in job '%s': %s have %zu store waits pending, the most one user may have "
                               "(ddpd --user-store-waits %d)",
@@ -1046,7 +1041,7 @@ static int server_status_build(server *s, server_status *st, int64_t viewer, boo
         js->world_size = j->world_size;
         js->generation = j->generation;
         js->age_ms = now - j->created_ms;
-        server_user_name(j->owner, st->owners[i], sizeof(st->owners[i]));
+        server_user_name(s, j->owner, st->owners[i], sizeof(st->owners[i]));
         js->owner = st->owners[i];
         js->joined = (uint32_t)j->n_members;
         js->withheld = !all && j->owner != viewer;
@@ -1092,7 +1087,8 @@ static void server_status_free(server_status *st) {
 static void server_on_status(server *s, const wire_msg *msg) {
     server_status st = {0};
     int64_t uid = server_peer_uid(s, msg);
-    if (server_status_build(s, &st, uid, server_privileged(s, uid)) < 0)
+    /* an operator the directory has not placed yet sees what an ordinary user sees */
+    if (server_status_build(s, &st, uid, server_privileged(s, uid) > 0) < 0)
         server_send_error(s, msg, -ENOMEM, "status: out of memory");
     else {
         Ddp__Envelope env;
@@ -1109,39 +1105,55 @@ static void server_on_abort_request(server *s, const wire_msg *msg) {
     int64_t uid = server_peer_uid(s, msg);
     const char *whose = msg->env->abort->owner;
     if (whose && whose[0]) { /* whose job of the name: the asker's own, or any user's for root and operators */
-        struct passwd *pw = getpwnam(whose);
-        if (!pw) {
-            server_send_error(s, msg, -EINVAL, "abort: no user '%s'", whose);
+        uid_t whose_uid;
+        int r = user_directory_uid(s->users, whose, &whose_uid);
+        int privileged = r == 0 && (int64_t)whose_uid != uid ? server_privileged(s, uid) : 1;
+        if (r == -ETIMEDOUT || privileged == -ETIMEDOUT) {
+            server_send_error(s, msg, -EAGAIN, "abort: the user directory has not answered yet who %s is: try again",
+                              r == -ETIMEDOUT ? whose : "you");
             return;
         }
-        if ((int64_t)pw->pw_uid != uid && !server_privileged(s, uid)) {
+        if (r < 0) {
+            server_send_error(s, msg, -EINVAL, "abort: no user '%s'%s%s", whose, r == -ENOENT ? "" : ": ",
+                              r == -ENOENT ? "" : error_string(r));
+            return;
+        }
+        if (!privileged) {
             server_send_error(s, msg, -EPERM, "abort: job '%s' of user %s: only root and operators end another's",
                               msg->env->job, whose);
             return;
         }
-        job *theirs = server_find_job(s, msg->env->job, (int64_t)pw->pw_uid);
+        job *theirs = server_find_job(s, msg->env->job, (int64_t)whose_uid);
         if (!theirs) {
             server_send_error(s, msg, -ENOENT, "abort: user %s has no job '%s'", whose, msg->env->job);
             return;
         }
-        uid = (int64_t)pw->pw_uid; /* as if that user asked */
+        uid = (int64_t)whose_uid; /* as if that user asked */
     }
     job *j = server_find_job(s, msg->env->job, uid), *other = j ? NULL : server_find_any_job(s, msg->env->job);
     size_t named = 0; /* other users' jobs of the name */
     for (size_t i = 0; !j && i < s->n_jobs; i++)
         named += strcmp(s->jobs[i]->name, msg->env->job) == 0;
-    if (!j && named > 1 && server_privileged(s, uid)) {
+    int privileged = other ? server_privileged(s, uid) : 0; /* another's job: root's and operators' to end */
+    if (privileged == -ETIMEDOUT) {
+        server_send_error(s, msg, -EAGAIN,
+                          "abort: job '%s' is another user's, and the user directory has not answered yet whether you "
+                          "are an operator: try again",
+                          msg->env->job);
+        return;
+    }
+    if (!j && named > 1 && privileged) {
         server_send_error(s, msg, -EINVAL,
                           "abort: %zu users have a job '%s': say whose (ddpctl abort --owner USER %s; ddpctl status "
                           "names the owners)",
                           named, msg->env->job, msg->env->job);
         return;
     }
-    if (!j && other && server_privileged(s, uid))
+    if (!j && other && privileged)
         j = other; /* root and operators may end any user's job */
     else if (!j && other) {
         char owner[64];
-        server_user_name(other->owner, owner, sizeof(owner));
+        server_user_name(s, other->owner, owner, sizeof(owner));
         server_send_error(s, msg, -EPERM, "abort: job '%s' belongs to %s%s: refused", msg->env->job,
                           owner[0] ? "user " : "", owner[0] ? owner : "a TCP client");
         return;
@@ -1568,9 +1580,14 @@ int server_open(server *s, const server_options *opts) {
     s->bad_input_log = (log_ratelimit)LOG_RATELIMIT_INIT(10000, 5);
     s->stall_log = (log_ratelimit)LOG_RATELIMIT_INIT(5000, 20);
     reply_budgets_init(&s->replies, REPLY_BUDGET_BYTES, REPLY_BUDGET_TOTAL_BYTES);
+    int r = user_directory_open(&s->users, SERVER_USER_LOOKUP_WAIT_MS, SERVER_USER_LOOKUP_TTL_MS);
+    if (r < 0) {
+        log_error("cannot start the user directory's thread: %s", error_string(r));
+        return r;
+    }
     if (opts->state_dir) {
         char err[256];
-        int r = generation_load(opts->state_dir, &s->last_generation, err, sizeof(err));
+        r = generation_load(opts->state_dir, &s->last_generation, err, sizeof(err));
         if (r < 0) {
             log_error("%s", err);
             return r;
@@ -1584,7 +1601,7 @@ int server_open(server *s, const server_options *opts) {
     if (!s->router)
         return -errno;
     int on = 1, ipv6 = strchr(opts->listen, '[') != NULL;
-    int r = wire_socket_setup(s->router, DDP_MAX_CONTROL_MSG_BYTES);
+    r = wire_socket_setup(s->router, DDP_MAX_CONTROL_MSG_BYTES);
     /* An unknown peer is an error, not a silent drop; a member that reconnects with its
      * routing id keeps its place. */
     if (r == 0 && (zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &on, sizeof(on)) < 0 ||
@@ -1674,4 +1691,6 @@ void server_close(server *s) {
     s->router = s->zmq_ctx = NULL;
     reply_budgets_free(&s->replies); /* every frame let go with the context */
     endpoint_claim_release(&s->claim);
+    user_directory_close(s->users);
+    s->users = NULL;
 }

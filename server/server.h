@@ -44,6 +44,7 @@ typedef struct {
     endpoint_claim claim;                /* an ipc:// path, to give back */
     bool local;                          /* bound to ipc://: the kernel names each peer's user */
     struct zap *zap;                     /* with CURVE: who each TCP client is */
+    struct user_directory *users;        /* users' and groups' names, looked up off the loop */
     job *jobs[DDP_MAX_JOBS];
     size_t n_jobs;
     ended_jobs ended;          /* to tell a member that comes back late how its job ended */

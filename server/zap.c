@@ -18,14 +18,22 @@
 struct zap {
     void *socket;
     strmap users; /* public key (Z85) -> user name */
+    strmap uids;  /* user name -> its uid (uid_t *), as at start-up: the loop asks no NSS */
     pthread_t thread;
     atomic_bool stopping;
 };
 
-static void free_name(const char *key, void *value, void *ctx) {
+static void free_value(const char *key, void *value, void *ctx) {
     (void)key;
     (void)ctx;
     free(value);
+}
+
+static void zap_free_maps(zap *z) {
+    strmap_each(&z->users, free_value, NULL);
+    strmap_clear(&z->users);
+    strmap_each(&z->uids, free_value, NULL);
+    strmap_clear(&z->uids);
 }
 
 static int load_users(zap *z, const char *path, char *err, size_t err_size) {
@@ -38,18 +46,26 @@ static int load_users(zap *z, const char *path, char *err, size_t err_size) {
     int r = 0;
     for (int n = 1; r == 0 && fgets(line, sizeof(line), f); n++) {
         char user[64], key[64], extra[2];
+        struct passwd *pw;
         int fields = sscanf(line, "%63s %63s %1s", user, key, extra);
         if (fields <= 0 || user[0] == '#') /* a comment line ('#' is also a Z85 character: only at a line's start) */
             continue;
         if (fields != 2 || !curve_key_valid(key)) {
             snprintf(err, err_size, "--curve-users %s:%d: not \"USER PUBLIC-KEY\" (a 40-character Z85 key)", path, n);
             r = -EINVAL;
-        } else if (!getpwnam(user)) {
+        } else if (!(pw = getpwnam(user))) {
             snprintf(err, err_size, "--curve-users %s:%d: '%s' is not a user of this host", path, n, user);
             r = -EINVAL;
         } else {
             char *name = strdup(user), *old = strmap_get(&z->users, key); /* a key named twice: the last */
-            if (!name || strmap_put(&z->users, key, name) < 0) {
+            uid_t *uid = strmap_get(&z->uids, user);
+            if (!uid && (uid = malloc(sizeof(*uid))) && strmap_put(&z->uids, user, uid) < 0) {
+                free(uid);
+                uid = NULL;
+            }
+            if (uid)
+                *uid = pw->pw_uid;
+            if (!name || !uid || strmap_put(&z->users, key, name) < 0) {
                 free(name);
                 r = -ENOMEM;
             } else {
@@ -104,8 +120,7 @@ int zap_start(void *zmq_ctx, const char *users_path, zap **ret, char *err, size_
     if (r < 0) {
         if (z->socket)
             zmq_close(z->socket);
-        strmap_each(&z->users, free_name, NULL);
-        strmap_clear(&z->users);
+        zap_free_maps(z);
         free(z);
         return r;
     }
@@ -119,7 +134,14 @@ void zap_stop(zap *z) {
     atomic_store(&z->stopping, true);
     pthread_join(z->thread, NULL);
     zmq_close(z->socket);
-    strmap_each(&z->users, free_name, NULL);
-    strmap_clear(&z->users);
+    zap_free_maps(z);
     free(z);
+}
+
+int zap_user_uid(const zap *z, const char *user, uid_t *ret_uid) {
+    const uid_t *uid = user[0] ? strmap_get(&z->uids, user) : NULL;
+    if (!uid)
+        return -ENOENT;
+    *ret_uid = *uid;
+    return 0;
 }

@@ -7,8 +7,12 @@
  * this host. */
 #pragma once
 #include <stddef.h>
+#include <sys/types.h>
 
 typedef struct zap zap;
 
 int zap_start(void *zmq_ctx, const char *users_path, zap **ret, char *err, size_t err_size);
 void zap_stop(zap *z);
+/* The uid of a user the users file names (a message's User-Id), found at start-up;
+ * -ENOENT for any other. */
+int zap_user_uid(const zap *z, const char *user, uid_t *ret_uid);

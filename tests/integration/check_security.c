@@ -728,6 +728,78 @@ START_TEST(test_data_plane) {
 }
 END_TEST
 
+/* The user directory does not answer (every user and group lookup of ddpd's takes 8 s,
+ * as NSS over an LDAP server that is down): ddpd's loop goes on. A status answers at once,
+ * naming the owner of root's job by uid until the name comes; nobody's abort of root's job
+ * is asked to try again (whether nobody is an operator is not known yet); the job forms and
+ * runs; then the name comes. */
+START_TEST(test_slow_user_directory) {
+    snprintf(dir, sizeof(dir), "/tmp/ddp-security-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(endpoint, sizeof(endpoint), "ipc://%s/ddpd.sock", dir);
+    const char *asan = getenv("ASAN_OPTIONS");
+    char asan_env[512]; /* the preloaded library comes before the sanitizer's runtime */
+    snprintf(asan_env, sizeof(asan_env), "ASAN_OPTIONS=%s%sverify_asan_link_order=0", asan ? asan : "",
+             asan && asan[0] ? ":" : "");
+    const char *env[] = {"LD_PRELOAD=" SLOW_NSS_PATH, "DDP_TEST_NSS_DELAY_MS=8000", asan_env, NULL};
+    const char *argv[] = {DDPD_PATH, "--listen", endpoint, "--operator-group", "adm", NULL};
+    ddpd_proc d;
+    snprintf(d.endpoint, sizeof(d.endpoint), "%s", endpoint);
+    proc_start(&d.p, argv, env);
+    ck_assert_msg(proc_expect(&d.p, "listening on ", 10000, NULL, 0), "%s", proc_output_tail(&d.p));
+
+    proc root0, root1, ctl;
+    const char *barriers[] = {"--barriers", "3", NULL};
+    member_start(&root0, &d, 2, 0, "lab", barriers);
+    ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
+    const char *status[] = {DDPCTL_PATH, "--coordinator", endpoint, "--timeout-ms", "3000", "status", NULL};
+    proc_start(&ctl, status, NULL);
+    ck_assert_msg(proc_wait(&ctl, WAIT_MS) == 0, "%s", proc_output_tail(&ctl));
+    ck_assert_msg(strstr(proc_output(&ctl), "job 'lab' of user uid 0: forming, 1/2 members"), "%s",
+                  proc_output_tail(&ctl));
+    proc_close(&ctl);
+    const char *abort_as_other[] = {"/usr/bin/setpriv",
+                                    "--reuid=" OTHER_UID,
+                                    "--regid=" OTHER_UID,
+                                    "--clear-groups",
+                                    DDPCTL_PATH,
+                                    "--coordinator",
+                                    endpoint,
+                                    "--timeout-ms",
+                                    "3000",
+                                    "abort",
+                                    "lab",
+                                    NULL};
+    proc_start(&ctl, abort_as_other, NULL);
+    ck_assert_int_ne(proc_wait(&ctl, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&ctl), "the user directory has not answered yet whether you are an operator: "
+                                            "try again"),
+                  "%s", proc_output_tail(&ctl));
+    proc_close(&ctl);
+
+    member_start(&root1, &d, 2, 1, "lab", barriers);
+    ck_assert_msg(proc_wait(&root0, WAIT_MS) == 0, "%s", proc_output_tail(&root0));
+    ck_assert_msg(proc_wait(&root1, WAIT_MS) == 0, "%s", proc_output_tail(&root1));
+    ck_assert_msg(strstr(proc_output(&root0), "barrier 2 ok"), "%s", proc_output_tail(&root0));
+    proc_close(&root0);
+    proc_close(&root1);
+
+    member_start(&root0, &d, 2, 0, "named", barriers); /* a job to name, once the name has come */
+    ck_assert(proc_expect(&d.p, "joined (1/2)", WAIT_MS, NULL, 0));
+    bool named = false;
+    for (uint64_t until = clock_now_ms() + WAIT_MS; !named && clock_now_ms() < until; usleep(200 * 1000)) {
+        proc_start(&ctl, status, NULL);
+        ck_assert_msg(proc_wait(&ctl, WAIT_MS) == 0, "%s", proc_output_tail(&ctl));
+        named = strstr(proc_output(&ctl), "job 'named' of user root: forming") != NULL;
+        proc_close(&ctl);
+    }
+    ck_assert_msg(named, "root never named in ddpctl status");
+    proc_signal(&root0, SIGKILL);
+    proc_close(&root0);
+    stop_ddpd(&d);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (check_selected(argc, argv, "other-user") && geteuid() != 0)
         return check_skip("other-user", "acting as another user needs root (setpriv)");
@@ -739,6 +811,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_abort_names_the_owner);
     tcase_add_test(tc, test_ps_segment_of_another_user);
     tcase_add_test(tc, test_routing_id_of_another_user);
+    tcase_add_test(tc, test_slow_user_directory);
     if (geteuid() == 0)
         suite_add_tcase(s, tc);
     const char *ck_fork = getenv("CK_FORK");

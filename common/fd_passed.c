@@ -197,3 +197,11 @@ void fd_passed_close_aside(int fd) {
     pthread_cond_signal(&closing_ready);
     pthread_mutex_unlock(&closing_lock);
 }
+
+size_t fd_passed_closing(void) {
+    fork_handlers_once();
+    pthread_mutex_lock(&closing_lock);
+    size_t n = queued + (closers - closers_idle);
+    pthread_mutex_unlock(&closing_lock);
+    return n;
+}

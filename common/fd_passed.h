@@ -6,6 +6,7 @@
  * thread of its own. */
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef enum {
     FD_PASSED_MEMFD,  /* a memfd of shared memory (the kernel's own mount; not huge pages) */
@@ -24,3 +25,6 @@ const char *fd_passed_kind_name(fd_passed_kind kind);
 /* Closes fd on a closing thread (started as needed, a few at most), where a close that
  * waits holds no one else; at once where no thread can be had. */
 void fd_passed_close_aside(int fd);
+/* The descriptors closed aside that are not closed yet (queued, or held in close): what a
+ * stalled filesystem keeps open here. */
+size_t fd_passed_closing(void);

@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fd_passed.h"
 #include "common/ps_segment.h"
 #include "common/shm_segment.h"
 
@@ -89,6 +90,15 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, siz
                      (int)who.pid, (unsigned)who.uid, member ? " (not the job's user)" : "");
         close(sock);
         return r < 0 ? r : -EPERM;
+    }
+    size_t closing = fd_passed_closing();
+    if (closing >= PS_SHM_MAX_CLOSING) { /* unread: what it passed is let go by the kernel, without a close's flush */
+        snprintf(err, err_size,
+                 "pid %d: ddpd still closes %zu descriptors handed to it before, held by their filesystems: its push "
+                 "segment is refused before it said a word (it pushes by message)",
+                 (int)who.pid, closing);
+        close(sock);
+        return -EBUSY;
     }
     p->pending = sock;
     p->pending_pid = (uint32_t)who.pid;

@@ -5,6 +5,7 @@
  * skipped elsewhere. */
 #define _GNU_SOURCE /* unshare */
 #include <check.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
@@ -245,13 +246,27 @@ START_TEST(test_ps_segment_of_another_user) {
 }
 END_TEST
 
+/* The descriptors process pid holds. */
+static size_t open_fds(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *dir_fds = opendir(path);
+    ck_assert_ptr_nonnull(dir_fds);
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(dir_fds));)
+        n += e->d_name[0] != '.';
+    closedir(dir_fds);
+    return n;
+}
+
 #define STALL_STEP_MS 15000 /* each step of it, at most: four of them stay under the case's 120 s */
 
 /* A rank of root's ps job that hands ddpd, as its push segment, a file on a FUSE mount that
  * then stops answering anyone but this test (fstat, fstatfs and close would wait for good,
  * only SIGKILL ending the wait): refused from /proc alone, never asked, and closed on a
  * thread of its own, whose close waits; ddpd's loop goes on (it answers a status request).
- * The mount is in a namespace of the test's own, gone with it whatever happens. While this
+ * Handed over 100 times more, the file is held open in ddpd at most PS_SHM_MAX_CLOSING
+ * times: past that, connections are refused unread. The mount is in a namespace of the test's own, gone with it whatever happens. While this
  * process holds the file it starts no other: an exec would close it, and wait too. */
 START_TEST(test_ps_segment_on_a_stalled_mount) {
     ck_assert_int_eq(unshare(CLONE_NEWNS), 0); /* before any thread: ZeroMQ's come later */
@@ -297,6 +312,28 @@ START_TEST(test_ps_segment_on_a_stalled_mount) {
     ck_assert_int_eq(raw_request(ask, &env, STALL_STEP_MS, &msg), 0);
     ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__STATUS_REPLY);
     wire_msg_close(&msg);
+
+    /* the same file, 100 times more: ddpd holds at most PS_SHM_MAX_CLOSING of them open,
+     * and refuses the rest unread */
+    snprintf(path, sizeof(path), "%s/segment", mount_dir);
+    ck_assert_int_ge(fd = open(path, O_RDWR | O_CLOEXEC), 0);
+    size_t before = open_fds(d.p.pid);
+    int socks[100];
+    for (int i = 0; i < 100; i++) {
+        ck_assert_int_eq(fd_socket_connect(socket_name, &socks[i]), 0);
+        fd_socket_send(socks[i], fd, 0); /* one refused unread may have been closed already */
+    }
+    int last, got = -1;
+    ck_assert_int_eq(fd_socket_connect(socket_name, &last), 0); /* closed once ddpd has seen all before it */
+    int32_t tag;
+    ck_assert_int_ne(fd_socket_recv(last, clock_now_ms() + STALL_STEP_MS, &got, &tag), -ETIMEDOUT);
+    size_t after = open_fds(d.p.pid);
+    ck_assert_msg(after <= before + 64, "ddpd holds %zu descriptors more (at most PS_SHM_MAX_CLOSING: 64)",
+                  after - before);
+    close(last);
+    for (int i = 0; i < 100; i++)
+        close(socks[i]);
+    close(fd); /* spared */
 
     proc_signal(&server, SIGKILL); /* the mount goes with it: ddpd's closing thread's wait ends */
     proc_wait(&server, STALL_STEP_MS);

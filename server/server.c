@@ -1105,22 +1105,31 @@ static void server_on_abort_request(server *s, const wire_msg *msg) {
     int64_t uid = server_peer_uid(s, msg);
     const char *whose = msg->env->abort->owner;
     if (whose && whose[0]) { /* whose job of the name: the asker's own, or any user's for root and operators */
-        uid_t whose_uid;
-        int r = user_directory_uid(s->users, whose, &whose_uid);
-        int privileged = r == 0 && (int64_t)whose_uid != uid ? server_privileged(s, uid) : 1;
-        if (r == -ETIMEDOUT || privileged == -ETIMEDOUT) {
-            server_send_error(s, msg, -EAGAIN, "abort: the user directory has not answered yet who %s is: try again",
-                              r == -ETIMEDOUT ? whose : "you");
+        /* root and operators may name anyone; anyone else only themselves: a name they make
+         * up is never asked of NSS on their behalf */
+        int privileged = server_privileged(s, uid), r = privileged;
+        uid_t whose_uid = (uid_t)uid;
+        char own[256] = "";
+        if (privileged > 0)
+            r = user_directory_uid(s->users, whose, &whose_uid);
+        else if (privileged == 0)
+            r = uid >= 0 ? user_directory_name(s->users, (uid_t)uid, own, sizeof(own)) : -ENOENT;
+        if (r == -ETIMEDOUT) {
+            server_send_error(s, msg, -EAGAIN, "abort: the user directory has not answered yet %s%s%s: try again",
+                              privileged < 0 ? "whether you are an operator"
+                              : privileged   ? "who "
+                                             : "who you are",
+                              privileged > 0 ? whose : "", privileged > 0 ? " is" : "");
+            return;
+        }
+        if (privileged == 0 && (r < 0 || strcmp(own, whose) != 0)) {
+            server_send_error(s, msg, -EPERM, "abort: job '%s' of user %s: only root and operators end another's",
+                              msg->env->job, whose);
             return;
         }
         if (r < 0) {
             server_send_error(s, msg, -EINVAL, "abort: no user '%s'%s%s", whose, r == -ENOENT ? "" : ": ",
                               r == -ENOENT ? "" : error_string(r));
-            return;
-        }
-        if (!privileged) {
-            server_send_error(s, msg, -EPERM, "abort: job '%s' of user %s: only root and operators end another's",
-                              msg->env->job, whose);
             return;
         }
         job *theirs = server_find_job(s, msg->env->job, (int64_t)whose_uid);

@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,7 +17,9 @@
 #include "common/log.h"
 #include "common/strmap.h"
 
-#define DIRECTORY_MAX_ENTRIES 4096      /* past it, the answers not being asked again are forgotten */
+#define DIRECTORY_MAX_ENTRIES 4096      /* past it, the half used longest ago is forgotten */
+#define DIRECTORY_MAX_QUEUED 256        /* questions waiting for NSS: past it, asked later */
+#define DIRECTORY_WAIT_WINDOW_MS 1000   /* the loop waits at most wait_ms in each */
 #define DIRECTORY_MISS_TTL_MS 5000      /* "no such user" and failures: asked again sooner */
 #define DIRECTORY_MAX_BUFFER (16 << 20) /* NSS's record of a group of many members */
 #define DIRECTORY_MAX_NAME 256          /* LOGIN_NAME_MAX */
@@ -33,7 +36,7 @@ typedef struct entry {
     int result;
     uid_t found_uid;
     char found_name[DIRECTORY_MAX_NAME];
-    uint64_t expires_ms;
+    uint64_t expires_ms, used_ms;
     struct entry *next; /* in the queue */
 } entry;
 
@@ -45,15 +48,21 @@ struct user_directory {
     bool orphaned;       /* closed while busy: the thread frees it when NSS answers */
     strmap entries;      /* by key */
     entry *head, *tail;  /* to ask, in order */
+    size_t queued;
     int wait_ms, ttl_ms;
+    uint64_t window_ms, waited_ms; /* the loop's waits: in the window that began at window_ms */
     unsigned long lookups;
+    log_ratelimit failures; /* the thread's own */
 };
 
 /* ---- asking NSS (on the directory's thread) ------------------------------------------- */
 
-/* ENOENT and the others that getpw*_r(3) names for "not found". */
+/* ENOENT and the others that getpw*_r(3) names for "not found"; a failure otherwise (NSS's
+ * own timeout too, which is not this directory's "no answer yet"). */
 static int not_found(int r) {
-    return r == 0 || r == ENOENT || r == ESRCH || r == EBADF || r == EPERM ? -ENOENT : -r;
+    if (r == 0 || r == ENOENT || r == ESRCH || r == EBADF || r == EPERM)
+        return -ENOENT;
+    return r == ETIMEDOUT ? -EIO : -r;
 }
 
 /* The user of uid or of name (name NULL): its name, uid and primary group. */
@@ -90,7 +99,7 @@ static int in_group(const char *group, const char *user_name, gid_t gid) {
         }
         free(buf);
         if (r != ERANGE || size >= DIRECTORY_MAX_BUFFER)
-            return r == 0 ? member : not_found(r) == -ENOENT ? 0 : -r;
+            return r == 0 ? member : not_found(r) == -ENOENT ? 0 : not_found(r);
     }
 }
 
@@ -139,9 +148,13 @@ static void *directory_main(void *arg) {
         d->head = e->next;
         if (!d->head)
             d->tail = NULL;
+        d->queued--;
         d->busy = true;
         pthread_mutex_unlock(&d->lock);
         ask(&asked);
+        if (asked.result < 0 && asked.result != -ENOENT) /* the key is a name or a uid: no secret */
+            log_ratelimited(&d->failures, LOG_LEVEL_WARN, "user directory: %s: NSS failed: %s", asked.key,
+                            error_string(asked.result));
         pthread_mutex_lock(&d->lock);
         if (d->orphaned) {
             pthread_mutex_unlock(&d->lock);
@@ -151,8 +164,6 @@ static void *directory_main(void *arg) {
         d->busy = false;
         d->lookups++;
         bool failed = asked.result < 0 && asked.result != -ENOENT;
-        if (failed) /* at most every DIRECTORY_MISS_TTL_MS for each question */
-            log_warn("user directory: %s: NSS failed: %s", e->key, error_string(asked.result));
         if (!failed || !e->answered) { /* a failed refresh keeps the answer it had */
             e->result = asked.result;
             e->found_uid = asked.found_uid;
@@ -175,6 +186,7 @@ int user_directory_open(user_directory **ret, int wait_ms, int ttl_ms) {
         return -ENOMEM;
     d->wait_ms = wait_ms;
     d->ttl_ms = ttl_ms;
+    d->failures = (log_ratelimit)LOG_RATELIMIT_INIT(10000, 5);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -182,7 +194,11 @@ int user_directory_open(user_directory **ret, int wait_ms, int ttl_ms) {
     pthread_cond_init(&d->work, NULL);
     pthread_cond_init(&d->answered, &attr);
     pthread_condattr_destroy(&attr);
+    sigset_t all, was; /* signals are the loop's: none interrupts NSS on this thread */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &was);
     int r = pthread_create(&d->thread, NULL, directory_main, d);
+    pthread_sigmask(SIG_SETMASK, &was, NULL);
     if (r != 0) {
         pthread_cond_destroy(&d->answered);
         pthread_cond_destroy(&d->work);
@@ -225,21 +241,36 @@ static void collect_unused(const char *key, void *value, void *ctx) {
         u->unused[u->n++] = e;
 }
 
-/* Forgets every answer that is not being asked again: what one user makes ddpd ask
- * (abort --owner of made-up names) cannot grow it without bound. */
+static int used_earlier(const void *a, const void *b) {
+    uint64_t x = (*(entry *const *)a)->used_ms, y = (*(entry *const *)b)->used_ms;
+    return x < y ? -1 : x > y;
+}
+
+/* Forgets the half of the answers not being asked again that was used longest ago. */
 static void forget_unused(user_directory *d) {
     unused_entries u = {calloc(d->entries.size, sizeof(entry *)), 0};
     if (!u.unused)
         return;
     strmap_each(&d->entries, collect_unused, &u);
-    for (size_t i = 0; i < u.n; i++)
+    qsort(u.unused, u.n, sizeof(entry *), used_earlier);
+    for (size_t i = 0; i < (u.n + 1) / 2; i++)
         free(strmap_remove(&d->entries, u.unused[i]->key));
     free(u.unused);
+}
+
+/* Whether the loop may still wait wait_ms in this window. */
+static bool may_wait(user_directory *d, uint64_t now) {
+    if (now >= d->window_ms + DIRECTORY_WAIT_WINDOW_MS) {
+        d->window_ms = now;
+        d->waited_ms = 0;
+    }
+    return d->waited_ms < (uint64_t)d->wait_ms;
 }
 
 /* The answer to question q (its key, name and uid set), into ret. */
 static int directory_ask(user_directory *d, const entry *q, entry *ret) {
     pthread_mutex_lock(&d->lock);
+    uint64_t now = clock_now_ms();
     entry *e = strmap_get(&d->entries, q->key);
     if (!e) {
         if (d->entries.size >= DIRECTORY_MAX_ENTRIES)
@@ -251,8 +282,9 @@ static int directory_ask(user_directory *d, const entry *q, entry *ret) {
         }
         *e = *q;
     }
+    e->used_ms = now;
     bool idle = !d->busy && !d->head;
-    if (!e->asking && (!e->answered || clock_now_ms() >= e->expires_ms)) {
+    if (!e->asking && (!e->answered || now >= e->expires_ms) && d->queued < DIRECTORY_MAX_QUEUED) {
         e->asking = true;
         e->next = NULL;
         if (d->tail)
@@ -260,16 +292,19 @@ static int directory_ask(user_directory *d, const entry *q, entry *ret) {
         else
             d->head = e;
         d->tail = e;
+        d->queued++;
         pthread_cond_signal(&d->work);
     }
-    if (!e->answered && idle) { /* a new question to an idle thread: worth a short wait */
+    /* a new question to an idle thread is worth a short wait, within the window's budget */
+    if (!e->answered && e->asking && idle && may_wait(d, now)) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)d->wait_ms * 1000000u;
+        uint64_t ns = (uint64_t)until.tv_nsec + ((uint64_t)d->wait_ms - d->waited_ms) * 1000000u;
         until.tv_sec += (time_t)(ns / 1000000000u);
         until.tv_nsec = (long)(ns % 1000000000u);
         while (!e->answered && pthread_cond_timedwait(&d->answered, &d->lock, &until) == 0)
             ;
+        d->waited_ms += clock_now_ms() - now;
     }
     int r = e->answered ? e->result : -ETIMEDOUT;
     if (e->answered)

@@ -1,9 +1,11 @@
 /* Users' and groups' names for ddpd, looked up off its loop. NSS (LDAP, sssd, NIS) can
  * take seconds to answer, and the loop carries every job's heartbeats: a thread of its own
  * asks, the loop reads what it found. An answer is kept for ttl_ms and then refreshed in
- * the background while the old one still serves, as nscd does; the loop waits for a new
- * question only while that thread has nothing else to do (at most wait_ms), so a slow
- * directory costs it wait_ms once, not once per message. */
+ * the background while the old one still serves, as nscd does. The loop waits for a new
+ * question only while that thread has nothing else to do, and for at most wait_ms in any
+ * second: a slow directory costs it 5% at the most, not a wait per message. Questions
+ * waiting for NSS are bounded (past 256, asked later), and so are the answers kept (the
+ * half used longest ago forgotten past 4096). */
 #pragma once
 #include <stddef.h>
 #include <sys/types.h>

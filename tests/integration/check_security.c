@@ -166,7 +166,8 @@ static int hand_push_segment(const char *socket_name, int rank) {
  * to say anything, and the rank itself still hands its segment over. */
 /* Two users (nobody, daemon) each with a job 'lab': root's `ddpctl abort lab`, which has
  * none of its own, does not pick one (it ended whichever came first), but asks whose;
- * `--owner daemon` ends daemon's, nobody's goes on; nobody may not name daemon's. */
+ * `--owner daemon` ends daemon's, nobody's goes on; nobody may not name daemon's, nor a
+ * user that does not exist, but may name itself. */
 START_TEST(test_abort_names_the_owner) {
     ddpd_proc d;
     start_ddpd(&d, NULL, NULL);
@@ -195,6 +196,16 @@ START_TEST(test_abort_names_the_owner) {
     ck_assert_msg(strstr(proc_output(&ctl), "job 'lab' of user nobody: forming, 1/2 members"), "%s",
                   proc_output_tail(&ctl));
     proc_close(&ctl);
+    /* nobody may name no one but itself (a name it makes up is not looked up for it) */
+    ddpctl_owner_as(&ctl, true, "no-such-user", "abort", "lab");
+    ck_assert_int_ne(proc_wait(&ctl, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&ctl), "only root and operators end another's"), "%s", proc_output_tail(&ctl));
+    proc_close(&ctl);
+    ddpctl_owner_as(&ctl, true, "nobody", "abort", "lab");
+    ck_assert_msg(proc_wait(&ctl, WAIT_MS) == 0, "%s", proc_output_tail(&ctl));
+    proc_close(&ctl);
+    ck_assert_int_ne(proc_wait(&theirs[0], WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&theirs[0]), "aborted by an operator"), "%s", proc_output_tail(&theirs[0]));
     for (int i = 0; i < 2; i++)
         proc_close(&theirs[i]);
     stop_ddpd(&d);
@@ -266,8 +277,8 @@ static size_t open_fds(pid_t pid) {
  * only SIGKILL ending the wait): refused from /proc alone, never asked, and closed on a
  * thread of its own, whose close waits; ddpd's loop goes on (it answers a status request).
  * Handed over 100 times more, the file is held open in ddpd at most PS_SHM_MAX_CLOSING
- * times: past that, connections are refused unread. The mount is in a namespace of the test's own, gone with it whatever happens. While this
- * process holds the file it starts no other: an exec would close it, and wait too. */
+ * times: past that, connections are refused unread. The mount is in a namespace of the test's own, gone with it
+ * whatever happens. While this process holds the file it starts no other: an exec would close it, and wait too. */
 START_TEST(test_ps_segment_on_a_stalled_mount) {
     ck_assert_int_eq(unshare(CLONE_NEWNS), 0); /* before any thread: ZeroMQ's come later */
     ck_assert_int_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);

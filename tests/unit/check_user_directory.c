@@ -170,6 +170,31 @@ START_TEST(test_closed_while_asking) {
 }
 END_TEST
 
+/* NSS hangs while 300 new questions come: 256 wait for it, the rest are asked later. */
+START_TEST(test_queue_bounded) {
+    user_directory *d;
+    ck_assert_int_eq(user_directory_open(&d, WAIT_MS, 60000), 0);
+    gate_set(true);
+    char name[64];
+    ck_assert_int_eq(user_directory_name(d, 0, name, sizeof(name)), -ETIMEDOUT); /* being asked */
+    uid_t uid;
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof(name), "made-up-%d", i);
+        ck_assert_int_eq(user_directory_uid(d, name, &uid), -ETIMEDOUT);
+    }
+    gate_set(false);
+    for (uint64_t until = clock_now_ms() + 10000; user_directory_lookups(d) < 257 && clock_now_ms() < until;)
+        usleep(1000);
+    usleep(50 * 1000);
+    ck_assert_uint_eq(user_directory_lookups(d), 257); /* root's, and 256 of the names */
+    int r = -ETIMEDOUT;                                /* asked now (the loop's wait for it spent already: polled) */
+    for (uint64_t until = clock_now_ms() + 10000; r == -ETIMEDOUT && clock_now_ms() < until; usleep(1000))
+        r = user_directory_uid(d, "made-up-299", &uid);
+    ck_assert_int_eq(r, -ENOENT);
+    user_directory_close(d);
+}
+END_TEST
+
 /* Made-up names by the thousand: each answered, none kept past the bound. */
 START_TEST(test_many_names) {
     user_directory *d;
@@ -194,6 +219,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_directory_does_not_answer);
     tcase_add_test(tc, test_refreshed_in_the_background);
     tcase_add_test(tc, test_closed_while_asking);
+    tcase_add_test(tc, test_queue_bounded);
     tcase_add_test(tc, test_many_names);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);

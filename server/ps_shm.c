@@ -46,9 +46,16 @@ int ps_shm_open(ps_shm *p, uint32_t world, size_t float_bytes, size_t n_buckets)
     return 0;
 }
 
+/* A connection (or the listener, with connections in its backlog) may hold messages not
+ * read, with descriptors in them, whose release on this last close can wait: a TCP
+ * socket's SO_LINGER, a file's filesystem. So it is closed aside (common/fd_passed.h). */
+static void close_connection(int sock) {
+    fd_passed_close_aside(sock);
+}
+
 static void ps_shm_stop_listening(ps_shm *p) {
     if (p->listener >= 0)
-        close(p->listener);
+        close_connection(p->listener);
     if (p->average_fd >= 0)
         close(p->average_fd);
     p->listener = p->average_fd = -1;
@@ -67,7 +74,7 @@ void ps_shm_close(ps_shm *p) {
     if (p->average)
         munmap(p->average, p->bytes);
     if (p->pending >= 0)
-        close(p->pending);
+        close_connection(p->pending);
     *p = PS_SHM_NONE;
 }
 
@@ -88,17 +95,8 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, siz
         else
             snprintf(err, err_size, "pid %d of uid %u is no rank of this job%s: refused before it said a word",
                      (int)who.pid, (unsigned)who.uid, member ? " (not the job's user)" : "");
-        close(sock);
+        close_connection(sock);
         return r < 0 ? r : -EPERM;
-    }
-    size_t closing = fd_passed_closing();
-    if (closing >= PS_SHM_MAX_CLOSING) { /* unread: what it passed is let go by the kernel, without a close's flush */
-        snprintf(err, err_size,
-                 "pid %d: ddpd still closes %zu descriptors handed to it before, held by their filesystems: its push "
-                 "segment is refused before it said a word (it pushes by message)",
-                 (int)who.pid, closing);
-        close(sock);
-        return -EBUSY;
     }
     p->pending = sock;
     p->pending_pid = (uint32_t)who.pid;
@@ -106,14 +104,27 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, siz
     return 0;
 }
 
+int ps_shm_listening(const ps_shm *p) {
+    return p->listener >= 0 && p->pending < 0 && fd_passed_closing() < PS_SHM_MAX_CLOSING ? p->listener : -1;
+}
+
 int ps_shm_take(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
     int sock = p->pending, fd = -1, r;
     uint32_t pid = p->pending_pid;
     int32_t rank = -1;
     p->pending = -1;
+    size_t closing = fd_passed_closing();
+    if (closing >= PS_SHM_MAX_CLOSING) { /* the up to 253 descriptors it may carry, not read */
+        snprintf(err, err_size,
+                 "pid %u: ddpd still closes %zu descriptors handed to it before (their filesystems hold the close): "
+                 "its push segment is refused unread (it pushes by message)",
+                 pid, closing);
+        close_connection(sock);
+        return -EBUSY;
+    }
     if ((r = fd_socket_recv(sock, clock_now_ms(), &fd, &rank)) < 0) { /* readable: no wait */
         snprintf(err, err_size, "a push segment from pid %u: %s", pid, error_string(r));
-        close(sock);
+        close_connection(sock);
         return r;
     }
     char *mapped = NULL, why[128];
@@ -139,7 +150,7 @@ int ps_shm_take(ps_shm *p, const uint32_t *pids, char *err, size_t err_size) {
             ps_shm_stop_listening(p);
     }
     fd_socket_close_passed(fd); /* mapped, or refused: perhaps no memfd at all */
-    close(sock);
+    close_connection(sock);     /* a second message may wait in it */
     return r;
 }
 
@@ -148,7 +159,7 @@ int ps_shm_expire(ps_shm *p, uint64_t now_ms, char *err, size_t err_size) {
         return 0;
     snprintf(err, err_size, "pid %u connected for a push segment and said nothing for %d ms: closed", p->pending_pid,
              PS_SHM_WAIT_MS);
-    close(p->pending);
+    close_connection(p->pending);
     p->pending = -1;
     return -ETIMEDOUT;
 }

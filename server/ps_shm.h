@@ -48,9 +48,11 @@ void ps_shm_close(ps_shm *p);
  * connection becomes the pending one, read once it is readable (ps_shm_take), so that
  * ddpd's loop never waits on it. The listener is polled only while none is pending. */
 int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, size_t err_size);
-/* While this many descriptors handed to ddpd before are still being closed (their
- * filesystem holds the close: common/fd_passed.h), a member's connection is refused too,
- * unread: what ranks can make ddpd hold open stays bounded. They push by message. */
+/* The listener to poll, or -1: none, a connection pending, or PS_SHM_MAX_CLOSING
+ * descriptors handed to ddpd before still being closed (their filesystem holds the close:
+ * common/fd_passed.h). Then connections wait in the backlog, and a pending one is refused
+ * unread: what ranks can make ddpd hold open stays bounded. Ranks push by message. */
+int ps_shm_listening(const ps_shm *p);
 #define PS_SHM_MAX_CLOSING 64
 /* The pending connection is readable: takes its push segment and hands back the average
  * segment and the doorbell, or refuses it with err saying why; closes it either way. */

@@ -14,6 +14,7 @@
 #include "common/curve_keys.h"
 #include "common/data_plane.h"
 #include "common/error.h"
+#include "common/fd_passed.h"
 #include "common/process_state.h"
 #include "server/generation_file.h"
 #include "server/prometheus.h"
@@ -968,7 +969,7 @@ size_t server_poll_fds(const server *s, int *fds, size_t max) {
     size_t n = 0;
     for (size_t i = 0; i < s->n_jobs; i++) {
         const ps_shm *p = &s->jobs[i]->shm;
-        if (p->listener >= 0 && p->pending < 0 && n < max) /* one connection at a time, read when it is ready */
+        if (ps_shm_listening(p) >= 0 && n < max) /* one connection at a time, read when it is ready */
             fds[n++] = p->listener;
         if (p->pending >= 0 && n < max)
             fds[n++] = p->pending;
@@ -1534,8 +1535,23 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
     return false;
 }
 
+/* Says when ddpd stops taking push segments for the descriptors whose close is held, and
+ * when it takes them again. */
+static void server_watch_closes(server *s) {
+    size_t closing = fd_passed_closing();
+    bool held = closing >= PS_SHM_MAX_CLOSING;
+    if (held && !s->closes_held)
+        log_warn("%zu descriptors handed to ddpd are still being closed (their filesystems hold the close): no push "
+                 "segments are taken until fewer are (ps ranks push by message)",
+                 closing);
+    else if (!held && s->closes_held)
+        log_info("the held closes are done: push segments are taken again");
+    s->closes_held = held;
+}
+
 void server_tick(server *s) {
     uint64_t now = clock_now_ms();
+    server_watch_closes(s);
     uint64_t expected = (uint64_t)server_tick_ms(s);
     if (s->last_tick_ms && now - s->last_tick_ms > 2 * expected) {
         /* ddpd did not run (stopped, starved, swapped out): what the members sent meanwhile

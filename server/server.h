@@ -59,6 +59,7 @@ typedef struct {
     uint64_t bad_messages, aborts; /* for the metrics */
     reply_budgets replies;         /* what ZeroMQ holds of the replies to each connection */
     bool metrics_group_warned;     /* the metrics file could not be given to the operator group: said once */
+    bool closes_held;              /* PS_SHM_MAX_CLOSING passed descriptors still closing: said when it begins and ends */
 } server;
 
 /* Binds the ROUTER socket. Logs and returns a negative error on failure. */

@@ -6,16 +6,21 @@
 #define _GNU_SOURCE /* unshare */
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -270,6 +275,24 @@ static size_t open_fds(pid_t pid) {
     return n;
 }
 
+/* A connection to the abstract socket name, waiting at most timeout_ms while its backlog
+ * is full: the socket, or -1. */
+static int connect_within(const char *name, int timeout_ms) {
+    for (uint64_t until = clock_now_ms() + (uint64_t)timeout_ms;; usleep(10 * 1000)) {
+        int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        struct sockaddr_un addr = {.sun_family = AF_UNIX};
+        memcpy(addr.sun_path + 1, name, strlen(name));
+        socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+        ck_assert_int_ge(sock, 0);
+        if (connect(sock, (struct sockaddr *)&addr, len) == 0)
+            return sock;
+        ck_assert_int_eq(errno, EAGAIN); /* the backlog is full */
+        close(sock);
+        if (clock_now_ms() >= until)
+            return -1;
+    }
+}
+
 #define STALL_STEP_MS 15000 /* each step of it, at most: four of them stay under the case's 120 s */
 
 /* A rank of root's ps job that hands ddpd, as its push segment, a file on a FUSE mount that
@@ -277,7 +300,7 @@ static size_t open_fds(pid_t pid) {
  * only SIGKILL ending the wait): refused from /proc alone, never asked, and closed on a
  * thread of its own, whose close waits; ddpd's loop goes on (it answers a status request).
  * Handed over 100 times more, the file is held open in ddpd at most PS_SHM_MAX_CLOSING
- * times: past that, connections are refused unread. The mount is in a namespace of the test's own, gone with it
+ * times: past that, ddpd takes no connection, and says so. The mount is in a namespace of the test's own, gone with it
  * whatever happens. While this process holds the file it starts no other: an exec would close it, and wait too. */
 START_TEST(test_ps_segment_on_a_stalled_mount) {
     ck_assert_int_eq(unshare(CLONE_NEWNS), 0); /* before any thread: ZeroMQ's come later */
@@ -325,24 +348,20 @@ START_TEST(test_ps_segment_on_a_stalled_mount) {
     wire_msg_close(&msg);
 
     /* the same file, 100 times more: ddpd holds at most PS_SHM_MAX_CLOSING of them open,
-     * and refuses the rest unread */
+     * then takes no more connections (they wait in its backlog, then are refused) */
     snprintf(path, sizeof(path), "%s/segment", mount_dir);
     ck_assert_int_ge(fd = open(path, O_RDWR | O_CLOEXEC), 0);
     size_t before = open_fds(d.p.pid);
-    int socks[100];
-    for (int i = 0; i < 100; i++) {
-        ck_assert_int_eq(fd_socket_connect(socket_name, &socks[i]), 0);
-        fd_socket_send(socks[i], fd, 0); /* one refused unread may have been closed already */
-    }
-    int last, got = -1;
-    ck_assert_int_eq(fd_socket_connect(socket_name, &last), 0); /* closed once ddpd has seen all before it */
-    int32_t tag;
-    ck_assert_int_ne(fd_socket_recv(last, clock_now_ms() + STALL_STEP_MS, &got, &tag), -ETIMEDOUT);
+    int socks[100], n = 0;
+    while (n < 100 && (socks[n] = connect_within(socket_name, 2000)) >= 0)
+        fd_socket_send(socks[n++], fd, 0); /* one refused unread may have been closed already */
+    ck_assert_msg(n < 100, "ddpd took all 100 connections");
+    ck_assert_msg(proc_expect(&d.p, "no push segments are taken until fewer are", STALL_STEP_MS, NULL, 0), "%s",
+                  proc_output_tail(&d.p));
     size_t after = open_fds(d.p.pid);
     ck_assert_msg(after <= before + 64, "ddpd holds %zu descriptors more (at most PS_SHM_MAX_CLOSING: 64)",
                   after - before);
-    close(last);
-    for (int i = 0; i < 100; i++)
+    for (int i = 0; i < n; i++)
         close(socks[i]);
     close(fd); /* spared */
 
@@ -715,6 +734,68 @@ static void forge_send(const char *ep, uint64_t generation) {
     zmq_ctx_term(ctx);
 }
 
+/* A process that is no rank connects to a ps job's push-segment socket (its name is in
+ * /proc/net/unix for all to see) with a message carrying a TCP socket whose close lingers
+ * (SO_LINGER 60 s, its send queue full towards a peer that never reads). ddpd refuses the
+ * connection unread; the release of that socket, when the connection closes, waits: on a
+ * closing thread, not on ddpd's loop, which says so at once and answers a status request
+ * (the loop waited the 60 s before). Any user. */
+START_TEST(test_ps_connection_with_a_lingering_socket) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    snprintf(endpoint, sizeof(endpoint), "%.127s", d.endpoint); /* tcp://127.0.0.1:PORT */
+    void *ctx = zmq_ctx_new();
+    void *members[2];
+    char socket_name[FD_SOCKET_NAME_BYTES] = "";
+    ps_job_of_this_process(ctx, "ps-linger", members, socket_name);
+    int done[2];
+    ck_assert_int_eq(pipe(done), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) { /* no rank: its pid is no member's */
+        close(done[1]);
+        int listener = socket(AF_INET, SOCK_STREAM, 0), tcp = socket(AF_INET, SOCK_STREAM, 0), sock = -1;
+        struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(addr);
+        if (bind(listener, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(listener, 1) < 0 ||
+            getsockname(listener, (struct sockaddr *)&addr, &len) < 0 ||
+            connect(tcp, (struct sockaddr *)&addr, len) < 0 || fcntl(tcp, F_SETFL, O_NONBLOCK) < 0)
+            _exit(2);
+        static char junk[1 << 16];
+        while (send(tcp, junk, sizeof(junk), MSG_NOSIGNAL) > 0) /* until both queues are full */
+            ;
+        struct linger linger = {.l_onoff = 1, .l_linger = 60};
+        if (setsockopt(tcp, SOL_SOCKET, SO_LINGER, &linger, sizeof(linger)) < 0 ||
+            fd_socket_connect(socket_name, &sock) < 0 || fd_socket_send(sock, tcp, 0) < 0)
+            _exit(3);
+        close(tcp); /* the copy in the message is the last */
+        char c;
+        _exit(read(done[0], &c, 1) < 0 ? 4 : 0); /* the peer that never reads stays until then */
+    }
+    close(done[0]);
+    ck_assert_msg(proc_expect(&d.p, "is no rank of this job: refused before it said a word", 15000, NULL, 0), "%s",
+                  proc_output_tail(&d.p));
+    Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__STATUS_REQUEST, "", -1, 0, 78);
+    env.status_request = &body;
+    void *ask = raw_connect(ctx, d.endpoint);
+    wire_msg msg = {0};
+    ck_assert_int_eq(raw_request(ask, &env, 15000, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__STATUS_REPLY);
+    wire_msg_close(&msg);
+    close(done[1]); /* the peer goes: the linger ends */
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the stranger: status %d", status);
+    zmq_close(ask);
+    for (int r = 0; r < 2; r++)
+        zmq_close(members[r]);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* Rank 1 waits 1.5 s for rank 0's send while this process, the same user as the job but
  * none of its ranks, sends rank 1 a frame of its own, and as root another user too: refused
  * at the handshake (over ipc:// by the kernel's pid and user; over tcp:// for want of a
@@ -879,6 +960,7 @@ int main(int argc, char **argv) {
     TCase *data = tcase_create("data-plane");
     tcase_set_timeout(data, 120);
     tcase_add_test(data, test_data_plane);
+    tcase_add_test(data, test_ps_connection_with_a_lingering_socket);
     suite_add_tcase(s, data);
     return check_main(s, argc, argv);
 }

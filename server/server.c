@@ -544,11 +544,14 @@ static void server_on_join(server *s, const wire_msg *msg) {
         r = server_check_data_plane(j, jn, reason, sizeof(reason));
     if (r == 0 && j && rejoin)
         r = server_check_barrier_round(j, jn, reason, sizeof(reason));
-    if (r == 0 && rejoin &&
-        (jn->generation > DDP_MAX_GENERATION || (s->opts.state_dir && jn->generation > s->saved_generation))) {
-        snprintf(reason, sizeof(reason), "a rejoin of generation %llu: no ddpd gave one past %llu",
-                 (unsigned long long)jn->generation,
-                 (unsigned long long)(s->opts.state_dir ? s->saved_generation : DDP_MAX_GENERATION));
+    /* a job this ddpd does not hold comes back only from a ddpd before it, which gave no
+     * generation past the one the state directory had at start-up (else each rejoin at the
+     * block's end would make the next job write the file again, fsyncs and all) */
+    uint64_t rejoin_max = s->opts.state_dir ? (j ? s->saved_generation : s->loaded_generation) : DDP_MAX_GENERATION;
+    if (r == 0 && rejoin && jn->generation > rejoin_max) {
+        snprintf(reason, sizeof(reason), "a rejoin of generation %llu: no ddpd %sgave one past %llu",
+                 (unsigned long long)jn->generation, s->opts.state_dir && !j ? "before this one " : "",
+                 (unsigned long long)rejoin_max);
         r = -EINVAL;
     } else if (r == 0 && !j && s->n_jobs == DDP_MAX_JOBS) {
         snprintf(reason, sizeof(reason), "ddpd already holds %d jobs", DDP_MAX_JOBS);
@@ -1617,7 +1620,7 @@ int server_open(server *s, const server_options *opts) {
             log_error("%s", err);
             return r;
         }
-        s->saved_generation = s->last_generation;
+        s->saved_generation = s->loaded_generation = s->last_generation;
     }
     s->zmq_ctx = zmq_ctx_new();
     if (!s->zmq_ctx)

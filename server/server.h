@@ -22,8 +22,8 @@ typedef struct {
     int join_timeout;  /* seconds a job may take to form */
     char *log_level;
     char *metrics_file;
-    char *metrics_group; /* the metrics file's group, or NULL: ddpd's own */
-    gid_t metrics_gid;   /* metrics_group's, looked up at start-up */
+    char *metrics_group;  /* the metrics file's group, or NULL: ddpd's own */
+    gid_t metrics_gid;    /* metrics_group's, looked up at start-up */
     char *state_dir;      /* where the last generation is kept across restarts, or NULL */
     char *operator_group; /* its members (and root) may see and abort every job */
     /* Per user (a job's owner; every TCP client counts as one), over all its jobs. */
@@ -47,9 +47,10 @@ typedef struct {
     struct user_directory *users;        /* users' and groups' names, looked up off the loop */
     job *jobs[DDP_MAX_JOBS];
     size_t n_jobs;
-    ended_jobs ended;          /* to tell a member that comes back late how its job ended */
-    uint64_t last_generation;  /* the last a job was given */
-    uint64_t saved_generation; /* the state directory's: a block above last_generation, written ahead */
+    ended_jobs ended;           /* to tell a member that comes back late how its job ended */
+    uint64_t last_generation;   /* the last a job was given */
+    uint64_t saved_generation;  /* the state directory's: a block above last_generation, written ahead */
+    uint64_t loaded_generation; /* the state directory's at start-up: no ddpd before gave one past it */
     uint64_t started_ms;
     uint64_t instance; /* drawn at the start: this ddpd, not one that restarted (Heartbeat.instance) */
     uint64_t next_heartbeat_ms;
@@ -59,7 +60,7 @@ typedef struct {
     uint64_t bad_messages, aborts; /* for the metrics */
     reply_budgets replies;         /* what ZeroMQ holds of the replies to each connection */
     bool metrics_group_warned;     /* the metrics file could not be given to the operator group: said once */
-    bool closes_held;              /* PS_SHM_MAX_CLOSING passed descriptors still closing: said when it begins and ends */
+    bool closes_held; /* PS_SHM_MAX_CLOSING passed descriptors still closing: said when it begins and ends */
 } server;
 
 /* Binds the ROUTER socket. Logs and returns a negative error on failure. */

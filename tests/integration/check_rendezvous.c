@@ -629,6 +629,59 @@ START_TEST(test_ddpd_restart) {
 }
 END_TEST
 
+/* With a state directory, a rejoin that would rebuild a job is taken only of a generation
+ * a ddpd before this one could have given (the file's at start-up): one at the block this
+ * ddpd wrote ahead is refused, else each such rejoin, then a new job past the block, made
+ * ddpd write the file again (two fsyncs on its loop), as often as a client liked. */
+START_TEST(test_rejoin_past_start) {
+    char dir[64], listen[128], state[96];
+    snprintf(dir, sizeof(dir), "/tmp/ddp-rejoin-past-%d", (int)getpid());
+    snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", dir);
+    snprintf(state, sizeof(state), "%s/state", dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(mkdir(state, 0700), 0);
+    const char *flags[] = {"--listen", listen, "--state-dir", state, NULL};
+    ddpd_proc d;
+    ddpd_start(&d, flags);
+    void *ctx = zmq_ctx_new();
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION;
+    join.world_size = 1;
+    join.rank = 0;
+    join.mode = (char *)"ddp";
+    join.pid = (uint32_t)getpid();
+    join.host = (char *)"test";
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "first", -1, 0, 1);
+    env.join = &join;
+    void *first = raw_connect(ctx, d.endpoint);
+    wire_msg msg;
+    ck_assert_int_eq(raw_request(first, &env, WAIT_MS, &msg), 0); /* generation 1: the file says 1025 */
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__WELCOME);
+    ck_assert_uint_eq(msg.env->welcome->generation, 1);
+    wire_msg_close(&msg);
+    join.generation = 1025;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "claimed", -1, join.generation, 1);
+    env.join = &join;
+    void *claimer = raw_connect(ctx, d.endpoint);
+    ck_assert_int_eq(raw_request(claimer, &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
+    ck_assert_msg(
+        strstr(msg.env->reject->reason, "a rejoin of generation 1025: no ddpd before this one gave one past 0"), "%s",
+        msg.env->reject->reason);
+    wire_msg_close(&msg);
+    zmq_close(claimer);
+    zmq_close(first);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/generation", state);
+    unlink(path);
+    rmdir(state);
+    rmdir(dir);
+}
+END_TEST
+
 /* ps through a ddpd restart while ranks are one step behind: they pushed step 0 and have
  * not pulled it when ddpd stops, though ddpd wrote its average in the segment. They rejoin
  * at step 1 (what the segment says, not what they pulled), pull step 0 there and push
@@ -1816,6 +1869,7 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(restart, test_ps_restart_behind, 0, 2);
     tcase_add_test(restart, test_rejoin_store_quota);
     tcase_add_test(restart, test_rejoin_barrier_rounds);
+    tcase_add_test(restart, test_rejoin_past_start);
     tcase_add_test(restart, test_stalled_remote_ddpd);
     tcase_add_test(restart, test_restart_after_a_rank_left);
     tcase_add_test(ps, test_parameter_server);

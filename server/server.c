@@ -558,6 +558,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
         r = -ENOSPC;
     }
     user_usage use = server_usage(s, uid);
+    size_t adding = 1 + (rejoin ? jn->n_left : 0); /* a rejoin also brings back the ranks that had left, as members */
     char holder[96];
     server_quota_holder(s, uid, holder, sizeof(holder));
     double ps_mb = j ? 0 : job_ps_mb(layout_floats(jn->ps_buckets, jn->n_ps_buckets), jn->world_size);
@@ -565,9 +566,11 @@ static void server_on_join(server *s, const wire_msg *msg) {
         snprintf(reason, sizeof(reason), "%s are %zu, the most one user may hold (ddpd --user-jobs %d)", holder,
                  use.jobs, s->opts.user_jobs);
         r = -EDQUOT;
-    } else if (r == 0 && use.members >= (size_t)s->opts.user_members) {
-        snprintf(reason, sizeof(reason), "%s have %zu members, the most one user may have (ddpd --user-members %d)",
-                 holder, use.members, s->opts.user_members);
+    } else if (r == 0 && use.members + adding > (size_t)s->opts.user_members) {
+        snprintf(reason, sizeof(reason),
+                 "%s have %zu members, and this join would add %zu: more than one user may have (ddpd "
+                 "--user-members %d)",
+                 holder, use.members, adding, s->opts.user_members);
         r = -EDQUOT;
     } else if (r == 0 && use.ps_mb + ps_mb > s->opts.user_ps_mb) {
         snprintf(reason, sizeof(reason),
@@ -575,7 +578,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
                  holder, use.ps_mb + ps_mb, s->opts.user_ps_mb);
         r = -EDQUOT;
     }
-    if (r == 0 && n_members >= DDP_MAX_PEERS) {
+    if (r == 0 && n_members + adding > DDP_MAX_PEERS) {
         snprintf(reason, sizeof(reason), "ddpd already holds %d members", DDP_MAX_PEERS);
         r = -ENOSPC;
     }

@@ -1377,6 +1377,41 @@ START_TEST(test_rejoin_store_quota) {
 }
 END_TEST
 
+/* A rejoin brings back the ranks its job had lost as members too (they had left before
+ * ddpd restarted): they count against --user-members with it, so one message cannot
+ * bring a thousand past the quota. */
+START_TEST(test_rejoin_members_quota) {
+    ddpd_proc d;
+    const char *flags[] = {"--user-members", "2", NULL};
+    ddpd_start(&d, flags);
+    void *ctx = zmq_ctx_new();
+    void *s = raw_connect(ctx, d.endpoint);
+    const uint32_t left[] = {1, 2, 3};
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION;
+    join.world_size = 4;
+    join.rank = 0;
+    join.pid = (uint32_t)getpid();
+    join.host = (char *)"test";
+    join.generation = 3;
+    join.left = (uint32_t *)left;
+    join.n_left = 3;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "few-left", -1, 3, 1);
+    env.join = &join;
+    wire_msg msg;
+    ck_assert_int_eq(raw_request(s, &env, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
+    ck_assert_msg(strstr(msg.env->reject->reason, "have 0 members, and this join would add 4: more than one user may "
+                                                  "have (ddpd --user-members 2)"),
+                  "%s", msg.env->reject->reason);
+    wire_msg_close(&msg);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* A rank that handed ddpd its push segment and then pushes its gradients in messages (it
  * could not map the average segment after all, and fell back to frames) hears of each
  * average as a frame, not as a counter in a segment it never mapped. */
@@ -1870,6 +1905,7 @@ int main(int argc, char **argv) {
     tcase_add_test(restart, test_rejoin_store_quota);
     tcase_add_test(restart, test_rejoin_barrier_rounds);
     tcase_add_test(restart, test_rejoin_past_start);
+    tcase_add_test(restart, test_rejoin_members_quota);
     tcase_add_test(restart, test_stalled_remote_ddpd);
     tcase_add_test(restart, test_restart_after_a_rank_left);
     tcase_add_test(ps, test_parameter_server);

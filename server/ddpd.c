@@ -19,8 +19,11 @@
 #include "common/fd_passed.h"
 #include "common/log.h"
 #include "common/wire.h"
+#include "server/metrics_writer.h"
 #include "server/notify.h"
 #include "server/server.h"
+
+#define DDPD_METRICS_STOP_MS 5000 /* the last write of the metrics file (ddpd down) gets this long */
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 
@@ -182,6 +185,14 @@ int main(int argc, char **argv) {
              opts.heartbeat_ms, opts.liveness, opts.join_timeout);
     if (opts.insecure && listen_is_open(opts.listen) && !opts.curve_key)
         log_warn("--insecure: anyone who can reach %s may join, read or end any job", s.endpoint);
+    metrics_writer *metrics = NULL;
+    if (opts.metrics_file &&
+        (r = metrics_writer_start(&metrics, opts.metrics_file, opts.metrics_group, opts.metrics_gid)) < 0) {
+        log_error("cannot start the metrics file's writer: %s", error_string(r));
+        server_close(&s);
+        config_free(&ddpd_spec, &opts);
+        return 1;
+    }
     /* Ready only now: the configuration is valid and the socket is bound. */
     char summary[128];
     server_summary(&s, summary, sizeof(summary));
@@ -208,9 +219,13 @@ int main(int argc, char **argv) {
         uint64_t now = clock_now_ms();
         if (now >= next_tick) {
             server_tick(&s);
-            if (opts.metrics_file && now >= next_metrics) {
-                if (server_write_metrics(&s, opts.metrics_file, true, err, sizeof(err)) < 0)
-                    log_ratelimited(&s.bad_input_log, LOG_LEVEL_WARN, "%s", err);
+            if (metrics && now >= next_metrics) { /* written on the writer's thread */
+                char *text = NULL;
+                size_t size = 0;
+                if ((r = server_render_metrics(&s, true, &text, &size)) < 0)
+                    log_ratelimited(&s.bad_input_log, LOG_LEVEL_WARN, "--metrics-file: %s", error_string(r));
+                else
+                    metrics_writer_post(metrics, text, size);
                 next_metrics = now + 1000;
             }
             server_summary(&s, summary, sizeof(summary));
@@ -230,8 +245,15 @@ int main(int argc, char **argv) {
     notify_stopping();
     server_shutdown(&s, why);
     /* The file outlives ddpd: it must not keep saying that ddpd is up. */
-    if (opts.metrics_file && server_write_metrics(&s, opts.metrics_file, false, err, sizeof(err)) < 0)
-        log_warn("%s", err);
+    if (metrics) {
+        char *text = NULL;
+        size_t size = 0;
+        if ((r = server_render_metrics(&s, false, &text, &size)) < 0)
+            log_warn("--metrics-file: %s", error_string(r));
+        if (!metrics_writer_stop(metrics, r < 0 ? NULL : text, size, DDPD_METRICS_STOP_MS))
+            log_warn("--metrics-file %s: its filesystem held the last write for %d ms: ddpd stops without it",
+                     opts.metrics_file, DDPD_METRICS_STOP_MS);
+    }
     server_close(&s);
     config_free(&ddpd_spec, &opts);
     return stop_signal ? 0 : 1;

@@ -9,7 +9,6 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/curve_keys.h"
 #include "common/data_plane.h"
@@ -1236,47 +1235,18 @@ void server_summary(const server *s, char *buf, size_t size) {
 
 /* Writes the Prometheus text to a new file and renames it over the old one, so the
  * textfile collector never reads half of it. */
-int server_write_metrics(server *s, const char *path, bool up, char *err, size_t err_size) {
+int server_render_metrics(server *s, bool up, char **ret_text, size_t *ret_size) {
     server_status st = {0};
-    char *text = NULL;
-    size_t size = 0;
     FILE *out = NULL;
     int r = server_status_build(s, &st, -1, true); /* the operator's file: every job whole */
-    if (r == 0 && !(out = open_memstream(&text, &size)))
+    if (r == 0 && !(out = open_memstream(ret_text, ret_size)))
         r = -ENOMEM;
-    if (r < 0) {
-        snprintf(err, err_size, "--metrics-file %s: %s", path, error_string(r));
-        server_status_free(&st);
-        return r;
+    if (r == 0) {
+        prometheus_write(out, up ? &st.reply : NULL);
+        if (fclose(out) != 0)
+            r = -ENOMEM;
     }
-    prometheus_write(out, up ? &st.reply : NULL);
-    fclose(out);
     server_status_free(&st);
-    atomic_file f;
-    /* Every job whole, as root and operators see them: readable by --metrics-group only
-     * (node_exporter's: its textfile collector runs as its own user), not by every local
-     * user, to whom ddpctl shows others' jobs without their members. */
-    if ((r = atomic_file_open(&f, path, 0640, "--metrics-file", err, err_size)) == 0) {
-        if (s->opts.metrics_group && fchown(f.fd, (uid_t)-1, s->opts.metrics_gid) < 0 && !s->metrics_group_warned) {
-            s->metrics_group_warned = true; /* not root, nor in the group: the file keeps ddpd's */
-            log_warn("--metrics-file %s: cannot give it to group %s: %s", path, s->opts.metrics_group, strerror(errno));
-        }
-        for (size_t done = 0; r == 0 && done < size;) {
-            ssize_t w = write(f.fd, text + done, size - done);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                r = w < 0 ? -errno : -EIO;
-            else
-                done += (size_t)w;
-        }
-        if (r < 0) {
-            snprintf(err, err_size, "--metrics-file %s: cannot write it: %s", path, strerror(-r));
-            atomic_file_abort(&f);
-        } else
-            r = atomic_file_commit(&f, "--metrics-file", err, err_size);
-    }
-    free(text);
     return r;
 }
 

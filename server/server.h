@@ -59,7 +59,6 @@ typedef struct {
     log_ratelimit stall_log;       /* hundreds of ranks starved at once: the machine, said in a few lines */
     uint64_t bad_messages, aborts; /* for the metrics */
     reply_budgets replies;         /* what ZeroMQ holds of the replies to each connection */
-    bool metrics_group_warned;     /* the metrics file could not be given to the operator group: said once */
     bool closes_held; /* PS_SHM_MAX_CLOSING passed descriptors still closing: said when it begins and ends */
 } server;
 
@@ -80,9 +79,9 @@ void server_close(server *s);
 
 /* "2 jobs, 6 workers" */
 void server_summary(const server *s, char *buf, size_t size);
-/* Writes the jobs and members in the Prometheus text format to path, atomically; with up
- * false, that ddpd is down (its last write, at a clean stop). */
-int server_write_metrics(server *s, const char *path, bool up, char *err, size_t err_size);
+/* The jobs and members in the Prometheus text format (malloc'd: server/metrics_writer.h
+ * writes it); with up false, that ddpd is down (its last, at a clean stop). */
+int server_render_metrics(server *s, bool up, char **ret_text, size_t *ret_size);
 
 /* Milliseconds between ticks: fine enough to notice a death well within the window. */
 int server_tick_ms(const server *s);

@@ -870,7 +870,7 @@ START_TEST(test_slow_user_directory) {
     char asan_env[512]; /* the preloaded library comes before the sanitizer's runtime */
     snprintf(asan_env, sizeof(asan_env), "ASAN_OPTIONS=%s%sverify_asan_link_order=0", asan ? asan : "",
              asan && asan[0] ? ":" : "");
-    const char *env[] = {"LD_PRELOAD=" SLOW_NSS_PATH, "DDP_TEST_NSS_DELAY_MS=8000", asan_env, NULL};
+    const char *env[] = {"LD_PRELOAD=" SLOW_CALLS_PATH, "DDP_TEST_NSS_DELAY_MS=8000", asan_env, NULL};
     const char *argv[] = {DDPD_PATH, "--listen", endpoint, "--operator-group", "adm", NULL};
     ddpd_proc d;
     snprintf(d.endpoint, sizeof(d.endpoint), "%s", endpoint);

@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "tests/check_main.h"
 #include "tests/integration/harness.h"
 
@@ -140,9 +141,10 @@ START_TEST(test_notify_and_metrics) {
     member_start(&m, &d, 2, 0, "svc", NULL);
     ck_assert_msg(next_notification(fd, "STATUS=1 job, 1 worker", seen, sizeof(seen)), "no STATUS change: %s", seen);
 
-    /* the metrics file, written every second (a ping follows each write), and ddpctl metrics */
-    ck_assert(next_notification(fd, "WATCHDOG=1", seen, sizeof(seen)));
-    FILE *f = fopen(metrics, "r");
+    /* the metrics file, written every second on a thread of ddpd's, and ddpctl metrics */
+    FILE *f = NULL;
+    for (uint64_t until = clock_now_ms() + WAIT_MS; !(f = fopen(metrics, "r")) && clock_now_ms() < until;)
+        usleep(20 * 1000);
     ck_assert_msg(f, "no %s", metrics);
     struct stat st; /* --metrics-group's (node_exporter reads it as a member), not every user's */
     ck_assert_int_eq(fstat(fileno(f), &st), 0);
@@ -203,6 +205,40 @@ START_TEST(test_notify_and_metrics) {
 }
 END_TEST
 
+/* The metrics file on a disk that takes 4 s for each fsync (two a write): ddpd's loop goes
+ * on (a status with a 2 s timeout is answered, again and again: the loop waited 8 s a
+ * second before), and a stop waits 5 s at most for the last write, saying so. */
+START_TEST(test_metrics_on_a_slow_disk) {
+    char metrics[128];
+    snprintf(metrics, sizeof(metrics), "/tmp/check_service_slow_%d.prom", (int)getpid());
+    const char *asan = getenv("ASAN_OPTIONS");
+    char asan_env[512]; /* the preloaded library comes before the sanitizer's runtime */
+    snprintf(asan_env, sizeof(asan_env), "ASAN_OPTIONS=%s%sverify_asan_link_order=0", asan ? asan : "",
+             asan && asan[0] ? ":" : "");
+    const char *env[] = {"LD_PRELOAD=" SLOW_CALLS_PATH, "DDP_TEST_FSYNC_DELAY_MS=4000", asan_env, NULL};
+    const char *argv[] = {DDPD_PATH, "--listen", "tcp://127.0.0.1:*", "--metrics-file", metrics, NULL};
+    ddpd_proc d;
+    proc_start(&d.p, argv, env);
+    char line[512];
+    ck_assert_msg(proc_expect(&d.p, "listening on ", WAIT_MS, line, sizeof(line)), "%s", proc_output_tail(&d.p));
+    sscanf(strstr(line, "listening on ") + 13, "%256s", d.endpoint);
+    const char *status[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "--timeout-ms", "2000", "status", NULL};
+    for (int i = 0; i < 3; i++) {
+        proc c;
+        proc_start(&c, status, NULL);
+        ck_assert_msg(proc_wait(&c, WAIT_MS) == 0, "status %d: %s", i, proc_output_tail(&c));
+        proc_close(&c);
+        usleep(500 * 1000);
+    }
+    proc_signal(&d.p, SIGTERM);
+    ck_assert_int_eq(proc_wait(&d.p, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&d.p), "its filesystem held the last write for 5000 ms: ddpd stops without it"),
+                  "%s", proc_output_tail(&d.p));
+    proc_close(&d.p);
+    unlink(metrics);
+}
+END_TEST
+
 /* ddpctl status names a rank that waits in a collective for another, and for how long. */
 START_TEST(test_stall_report) {
     ddpd_proc d;
@@ -243,6 +279,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_notify_and_metrics);
     tcase_add_test(tc, test_stall_report);
+    tcase_add_test(tc, test_metrics_on_a_slow_disk);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

@@ -2,6 +2,7 @@
 #include "server/ps_shm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,19 +47,29 @@ int ps_shm_open(ps_shm *p, uint32_t world, size_t float_bytes, size_t n_buckets)
     return 0;
 }
 
-/* A connection (or the listener, with connections in its backlog) may hold messages not
- * read, with descriptors in them, whose release on this last close can wait: a TCP
- * socket's SO_LINGER, a file's filesystem. So it is closed aside (common/fd_passed.h). */
+/* A connection may hold messages not read, with descriptors in them, whose release on its
+ * last close can wait: a TCP socket's SO_LINGER, a file's filesystem. So it is closed
+ * aside (common/fd_passed.h), after a shutdown that tells its peer at once (closes held
+ * behind a stalled one may not come for long) and releases nothing. */
 static void close_connection(int sock) {
+    shutdown(sock, SHUT_RDWR);
     fd_passed_close_aside(sock);
 }
 
-static void ps_shm_stop_listening(ps_shm *p) {
-    if (p->listener >= 0)
-        close_connection(p->listener);
+void ps_shm_stop_listening(ps_shm *p) {
+    if (p->listener >= 0) {
+        /* connections from now on are refused; those in the backlog are told at once */
+        shutdown(p->listener, SHUT_RDWR);
+        fcntl(p->listener, F_SETFL, O_NONBLOCK);
+        for (int sock; (sock = accept4(p->listener, NULL, NULL, SOCK_CLOEXEC)) >= 0;)
+            close_connection(sock);
+        fd_passed_close_aside(p->listener);
+    }
+    if (p->pending >= 0)
+        close_connection(p->pending);
     if (p->average_fd >= 0)
         close(p->average_fd);
-    p->listener = p->average_fd = -1;
+    p->listener = p->average_fd = p->pending = -1;
 }
 
 void ps_shm_close(ps_shm *p) {
@@ -73,8 +84,6 @@ void ps_shm_close(ps_shm *p) {
     free(p->by_frame);
     if (p->average)
         munmap(p->average, p->bytes);
-    if (p->pending >= 0)
-        close_connection(p->pending);
     *p = PS_SHM_NONE;
 }
 

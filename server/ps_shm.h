@@ -54,6 +54,10 @@ int ps_shm_accept(ps_shm *p, const uint32_t *pids, int64_t owner, char *err, siz
  * unread: what ranks can make ddpd hold open stays bounded. Ranks push by message. */
 int ps_shm_listening(const ps_shm *p);
 #define PS_SHM_MAX_CLOSING 64
+/* Takes no more push segments: connections from now on are refused, and those waiting
+ * (in the backlog, or pending) are told at once; the ranks that have not handed one over
+ * push by message. When every rank has, and when ddpd stops taking any. */
+void ps_shm_stop_listening(ps_shm *p);
 /* The pending connection is readable: takes its push segment and hands back the average
  * segment and the doorbell, or refuses it with err saying why; closes it either way. */
 int ps_shm_take(ps_shm *p, const uint32_t *pids, char *err, size_t err_size);

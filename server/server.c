@@ -310,14 +310,15 @@ static void server_form_job(server *s, job *j) {
     body.pids = pids;
     body.heartbeat_ms = (uint32_t)s->opts.heartbeat_ms;
     body.liveness = (uint32_t)s->opts.liveness;
-    if (j->n_ps_layout) { /* the ranks on this host may hand over their pushes in shared memory */
-        int r = ps_shm_open(&j->shm, j->world_size, j->ps.total * sizeof(float), j->ps.n_buckets);
+    if (j->n_ps_layout) {               /* the ranks on this host may hand over their pushes in shared memory */
+        int r = s->closes_held ? -EBUSY /* server_watch_closes */
+                               : ps_shm_open(&j->shm, j->world_size, j->ps.total * sizeof(float), j->ps.n_buckets);
         if (r == 0) {
             ps_set_average(&j->ps, (float *)j->shm.average);
             body.ps_socket = j->shm.name;
         } else {
             log_warn("job '%s': no shared memory for its gradients (%s): the ranks push over ZeroMQ", j->name,
-                     error_string(r));
+                     s->closes_held ? "descriptors handed to ddpd before are still being closed" : error_string(r));
         }
     }
     for (size_t i = 0; i < j->n_members; i++) {
@@ -509,6 +510,26 @@ static int server_check_data_plane(const job *j, const Ddp__Join *jn, char *reas
     return 0;
 }
 
+/* The members a rejoin brings back besides its rank: the ranks it says had left (wire.c
+ * checked them against its world), each once, that job j (NULL: none yet) does not hold
+ * yet (server_note_gone_rank). */
+static size_t server_rejoin_left(const job *j, const Ddp__Join *jn) {
+    bool *counted = calloc(jn->world_size, sizeof(bool));
+    if (!counted)
+        return jn->n_left; /* counting each: the quota errs on its side */
+    for (size_t i = 0; j && i < j->n_members; i++)
+        if (j->members[i].rank >= 0 && (uint32_t)j->members[i].rank < jn->world_size)
+            counted[j->members[i].rank] = true;
+    size_t n = 0;
+    for (size_t i = 0; i < jn->n_left; i++)
+        if (!counted[jn->left[i]]) {
+            counted[jn->left[i]] = true;
+            n++;
+        }
+    free(counted);
+    return n;
+}
+
 static void server_on_join(server *s, const wire_msg *msg) {
     const Ddp__Envelope *env = msg->env;
     const Ddp__Join *jn = env->join;
@@ -547,7 +568,11 @@ static void server_on_join(server *s, const wire_msg *msg) {
      * generation past the one the state directory had at start-up (else each rejoin at the
      * block's end would make the next job write the file again, fsyncs and all) */
     uint64_t rejoin_max = s->opts.state_dir ? (j ? s->saved_generation : s->loaded_generation) : DDP_MAX_GENERATION;
-    if (r == 0 && rejoin && jn->generation > rejoin_max) {
+    if (r == 0 && rejoin && jn->generation > rejoin_max && jn->generation <= s->last_generation) {
+        snprintf(reason, sizeof(reason), "a rejoin of generation %llu: this ddpd gave it, to a job that has ended",
+                 (unsigned long long)jn->generation);
+        r = -ESTALE;
+    } else if (r == 0 && rejoin && jn->generation > rejoin_max) {
         snprintf(reason, sizeof(reason), "a rejoin of generation %llu: no ddpd %sgave one past %llu",
                  (unsigned long long)jn->generation, s->opts.state_dir && !j ? "before this one " : "",
                  (unsigned long long)rejoin_max);
@@ -557,7 +582,7 @@ static void server_on_join(server *s, const wire_msg *msg) {
         r = -ENOSPC;
     }
     user_usage use = server_usage(s, uid);
-    size_t adding = 1 + (rejoin ? jn->n_left : 0); /* a rejoin also brings back the ranks that had left, as members */
+    size_t adding = 1 + (rejoin ? server_rejoin_left(j, jn) : 0);
     char holder[96];
     server_quota_holder(s, uid, holder, sizeof(holder));
     double ps_mb = j ? 0 : job_ps_mb(layout_floats(jn->ps_buckets, jn->n_ps_buckets), jn->world_size);
@@ -1128,6 +1153,10 @@ static void server_on_abort_request(server *s, const wire_msg *msg) {
                               privileged > 0 ? whose : "", privileged > 0 ? " is" : "");
             return;
         }
+        if (privileged == 0 && r < 0 && r != -ENOENT) {
+            server_send_error(s, msg, -EIO, "abort: the user directory cannot say who you are: %s", error_string(r));
+            return;
+        }
         if (privileged == 0 && (r < 0 || strcmp(own, whose) != 0)) {
             server_send_error(s, msg, -EPERM, "abort: job '%s' of user %s: only root and operators end another's",
                               msg->env->job, whose);
@@ -1247,6 +1276,10 @@ int server_render_metrics(server *s, bool up, char **ret_text, size_t *ret_size)
             r = -ENOMEM;
     }
     server_status_free(&st);
+    if (r < 0 && out) { /* what the stream had made */
+        free(*ret_text);
+        *ret_text = NULL;
+    }
     return r;
 }
 
@@ -1516,11 +1549,13 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
 static void server_watch_closes(server *s) {
     size_t closing = fd_passed_closing();
     bool held = closing >= PS_SHM_MAX_CLOSING;
-    if (held && !s->closes_held)
+    if (held && !s->closes_held) {
         log_warn("%zu descriptors handed to ddpd are still being closed (their filesystems hold the close): no push "
                  "segments are taken until fewer are (ps ranks push by message)",
                  closing);
-    else if (!held && s->closes_held)
+        for (size_t i = 0; i < s->n_jobs; i++)
+            ps_shm_stop_listening(&s->jobs[i]->shm);
+    } else if (!held && s->closes_held)
         log_info("the held closes are done: push segments are taken again");
     s->closes_held = held;
 }

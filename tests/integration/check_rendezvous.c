@@ -1379,34 +1379,52 @@ END_TEST
 
 /* A rejoin brings back the ranks its job had lost as members too (they had left before
  * ddpd restarted): they count against --user-members with it, so one message cannot
- * bring a thousand past the quota. */
+ * bring a thousand past the quota; each once, though every rank that comes back names
+ * them, so a job at the quota still recovers whole. */
 START_TEST(test_rejoin_members_quota) {
     ddpd_proc d;
-    const char *flags[] = {"--user-members", "2", NULL};
+    const char *flags[] = {"--user-members", "4", NULL};
     ddpd_start(&d, flags);
     void *ctx = zmq_ctx_new();
-    void *s = raw_connect(ctx, d.endpoint);
-    const uint32_t left[] = {1, 2, 3};
+    const uint32_t many_left[] = {1, 2, 3, 4}, one_left[] = {3};
     Ddp__Join join = DDP__JOIN__INIT;
     join.data_plane = DDP_DATA_PLANE_VERSION;
-    join.world_size = 4;
+    join.world_size = 6;
     join.rank = 0;
     join.pid = (uint32_t)getpid();
     join.host = (char *)"test";
     join.generation = 3;
-    join.left = (uint32_t *)left;
-    join.n_left = 3;
+    join.left = (uint32_t *)many_left;
+    join.n_left = 4;
     Ddp__Envelope env;
-    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "few-left", -1, 3, 1);
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "many-left", -1, 3, 1);
     env.join = &join;
     wire_msg msg;
+    void *s = raw_connect(ctx, d.endpoint);
     ck_assert_int_eq(raw_request(s, &env, WAIT_MS, &msg), 0);
     ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
-    ck_assert_msg(strstr(msg.env->reject->reason, "have 0 members, and this join would add 4: more than one user may "
-                                                  "have (ddpd --user-members 2)"),
+    ck_assert_msg(strstr(msg.env->reject->reason, "have 0 members, and this join would add 5: more than one user may "
+                                                  "have (ddpd --user-members 4)"),
                   "%s", msg.env->reject->reason);
     wire_msg_close(&msg);
     zmq_close(s);
+
+    /* world 4, rank 3 had left: ranks 0, 1 and 2 come back, each saying so */
+    void *ranks[3];
+    join.world_size = 4;
+    join.left = (uint32_t *)one_left;
+    join.n_left = 1;
+    for (int r = 0; r < 3; r++) {
+        join.rank = r;
+        wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, "one-left", -1, 3, 1);
+        env.join = &join;
+        ranks[r] = raw_connect(ctx, d.endpoint);
+        ck_assert_int_eq(wire_send(ranks[r], NULL, 0, &env, NULL, 0), 0);
+    }
+    ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+    ck_assert_msg(!strstr(proc_output(&d.p), "job 'one-left': rejected"), "%s", proc_output_tail(&d.p));
+    for (int r = 0; r < 3; r++)
+        zmq_close(ranks[r]);
     zmq_ctx_term(ctx);
     ck_assert_int_eq(ddpd_stop(&d), 0);
 }

@@ -745,8 +745,9 @@ static void forge_send(const char *ep, uint64_t generation) {
 
 /* A process that is no rank connects to a ps job's push-segment socket (its name is in
  * /proc/net/unix for all to see) with a message carrying a TCP socket whose close lingers
- * (SO_LINGER 60 s, its send queue full towards a peer that never reads). ddpd refuses the
- * connection unread; the release of that socket, when the connection closes, waits: on a
+ * (SO_LINGER 60 s, its send queue full towards a peer that never reads), sent while ddpd is
+ * stopped so that it is in before ddpd takes the connection. ddpd refuses the connection
+ * unread; the release of that socket, when the connection closes, waits: on a
  * closing thread, not on ddpd's loop, which says so at once and answers a status request
  * (the loop waited the 60 s before). Any user. */
 START_TEST(test_ps_connection_with_a_lingering_socket) {
@@ -757,12 +758,15 @@ START_TEST(test_ps_connection_with_a_lingering_socket) {
     void *members[2];
     char socket_name[FD_SOCKET_NAME_BYTES] = "";
     ps_job_of_this_process(ctx, "ps-linger", members, socket_name);
-    int done[2];
+    int done[2], sent[2];
     ck_assert_int_eq(pipe(done), 0);
+    ck_assert_int_eq(pipe(sent), 0);
+    proc_signal(&d.p, SIGSTOP); /* the message is in before ddpd takes the connection (else a refusal first) */
     pid_t child = fork();
     ck_assert_int_ge(child, 0);
     if (child == 0) { /* no rank: its pid is no member's */
         close(done[1]);
+        close(sent[0]);
         int listener = socket(AF_INET, SOCK_STREAM, 0), tcp = socket(AF_INET, SOCK_STREAM, 0), sock = -1;
         struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         socklen_t len = sizeof(addr);
@@ -778,10 +782,17 @@ START_TEST(test_ps_connection_with_a_lingering_socket) {
             fd_socket_connect(socket_name, &sock) < 0 || fd_socket_send(sock, tcp, 0) < 0)
             _exit(3);
         close(tcp); /* the copy in the message is the last */
-        char c;
-        _exit(read(done[0], &c, 1) < 0 ? 4 : 0); /* the peer that never reads stays until then */
+        char c = 1;
+        if (write(sent[1], &c, 1) != 1)
+            _exit(4);
+        _exit(read(done[0], &c, 1) < 0 ? 5 : 0); /* the peer that never reads stays until then */
     }
     close(done[0]);
+    close(sent[1]);
+    struct pollfd in = {.fd = sent[0], .events = POLLIN};
+    ck_assert_int_eq(poll(&in, 1, 15000), 1);
+    proc_signal(&d.p, SIGCONT);
+    close(sent[0]);
     ck_assert_msg(proc_expect(&d.p, "is no rank of this job: refused before it said a word", 15000, NULL, 0), "%s",
                   proc_output_tail(&d.p));
     Ddp__StatusRequest body = DDP__STATUS_REQUEST__INIT;

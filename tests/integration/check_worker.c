@@ -526,7 +526,8 @@ static void count_lines(const char *path, int *ret_steps, int *ret_epochs, doubl
 }
 
 /* --resume continues --metrics: the first epoch's lines stay, lines written after the
- * checkpoint (lost work) go, the second epoch's follow. */
+ * checkpoint (lost work) go, the second epoch's follow; a --resume that finds no
+ * checkpoint leaves them alone. */
 START_TEST(test_metrics_across_resume) {
     char ckpt[128], metrics[128];
     path_in_dir(ckpt, sizeof(ckpt), "m.ckpt");
@@ -549,6 +550,19 @@ START_TEST(test_metrics_across_resume) {
     count_lines(metrics, &steps, &epochs, &last);
     ck_assert_int_eq(steps, 16);
     ck_assert_int_eq(epochs, 2);
+    ck_assert_double_eq(last, 16);
+
+    /* --resume that finds no checkpoint (a wrong path, a filesystem not mounted yet) does
+     * not start over the earlier run's lines: refused, the file as it was */
+    char elsewhere[128];
+    path_in_dir(elsewhere, sizeof(elsewhere), "not-there.ckpt");
+    const char *lost[] = {"--checkpoint", elsewhere, "--metrics", metrics, "--epochs", "1", "--resume", NULL};
+    ck_assert_int_eq(train(&p, 1, lost), 2);
+    assert_output(&p, "yet --metrics");
+    assert_output(&p, "has lines of an earlier run (step 1): not starting over them");
+    proc_close(&p);
+    count_lines(metrics, &steps, &epochs, &last);
+    ck_assert_int_eq(steps, 16);
     ck_assert_double_eq(last, 16);
 }
 END_TEST

@@ -24,13 +24,15 @@ static uint64_t line_step(const char *line) {
 }
 
 /* A resumed run continues the file: the lines up to the checkpoint's step stay, those a
- * run wrote after it (and then lost) go, rewritten whole so that a crash keeps the old. */
+ * run wrote after it (and then lost) go, rewritten whole so that a crash keeps the old.
+ * Where --resume found no checkpoint, lines past step 0 are an earlier run's, kept: the
+ * run is refused rather than started over them. */
 static int metrics_keep_history(trainer *t) {
     FILE *in = fopen(t->metrics_path, "r");
     if (!in)
         return errno == ENOENT ? 0 : trainer_fail(t, -errno, "--metrics %s: %s", t->metrics_path, strerror(errno));
     atomic_file out;
-    char err[512];
+    char err[1024];
     int r = atomic_file_open(&out, t->metrics_path, 0644, "--metrics", err, sizeof(err));
     char *line = NULL;
     size_t cap = 0;
@@ -41,7 +43,17 @@ static int metrics_keep_history(trainer *t) {
                     t->rank, t->metrics_path, n);
             continue;
         }
-        if (line_step(line) > t->step)
+        uint64_t step = line_step(line);
+        if (step > t->step && !t->links.resumed && step != UINT64_MAX) { /* no checkpoint was found */
+            snprintf(err, sizeof(err),
+                     "--resume: no checkpoint at %.200s, yet --metrics %.200s has lines of an earlier run (step "
+                     "%llu): not starting over them (is the checkpoint's path right, its filesystem mounted? To start "
+                     "from the beginning, move the file away)",
+                     t->opts->checkpoint, t->metrics_path, (unsigned long long)step);
+            r = -EEXIST;
+            break;
+        }
+        if (step > t->step)
             continue; /* written after the checkpoint: that work is lost */
         for (ssize_t done = 0; r == 0 && done < n;) {
             ssize_t w = write(out.fd, line + done, (size_t)(n - done));
@@ -57,6 +69,10 @@ static int metrics_keep_history(trainer *t) {
         r = -EIO;
     free(line);
     fclose(in);
+    if (r == -EEXIST) {
+        atomic_file_abort(&out);
+        return trainer_refuse(t, r, "%s", err);
+    }
     if (r < 0 && out.fd >= 0) {
         snprintf(err, sizeof(err), "--metrics %.400s: %s", t->metrics_path, strerror(-r));
         atomic_file_abort(&out);

@@ -233,6 +233,41 @@ START_TEST(test_sighup_keeps_the_checkpoint) {
 }
 END_TEST
 
+/* The same SIGTERM twice within a moment, as systemd's KillMode=control-group (every
+ * process of the unit) and ddp-run's forwarding together send it, to a rank waiting in a
+ * collective (its peer stopped meanwhile): one stop, the checkpoint written (the second
+ * one interrupted libddp's wait, and no checkpoint came). */
+START_TEST(test_sigterm_twice_keeps_the_checkpoint) {
+    char ckpt[128];
+    path_in_dir(ckpt, sizeof(ckpt), "twice.ckpt");
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    const char *argv[] = {DDP_WORKER_PATH, "--data",       dir,  "--model", MODEL, "--batch-size", "32", "--epochs",
+                          "100000",        "--checkpoint", ckpt, NULL};
+    proc w[2];
+    for (int r = 0; r < 2; r++)
+        rank_start(&w[r], &d, 2, r, "twice", argv);
+    ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[0]));
+    proc_signal(&w[1], SIGSTOP); /* rank 0 then waits in a collective, where an interrupt would end it */
+    usleep(200 * 1000);
+    proc_signal(&w[0], SIGTERM);
+    usleep(100 * 1000); /* the first handled, not merged with the second */
+    proc_signal(&w[0], SIGTERM);
+    usleep(100 * 1000);
+    proc_signal(&w[1], SIGCONT);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(proc_wait(&w[r], WAIT_MS) == 128 + SIGTERM, "%s", proc_output_tail(&w[r]));
+    char line[256];
+    ck_assert_msg(proc_expect(&w[0], "stopped by a signal at step", 0, line, sizeof(line)), "%s",
+                  proc_output_tail(&w[0]));
+    unsigned long long step = strtoull(strstr(line, "at step ") + 8, NULL, 10);
+    ck_assert_uint_eq(read_info(ckpt).step, step);
+    for (int r = 0; r < 2; r++)
+        proc_close(&w[r]);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 /* Ctrl-C while the job forms ends the worker at once (it used to wait out the 300 s join
  * timeout), exit 128+2, and ddpd hears that it left. Under ddp-run, a SIGTERM at
  * rendezvous ends the ranks without the grace period's SIGKILL. */
@@ -995,6 +1030,7 @@ int main(int argc, char **argv) {
     tcase_add_test(files, test_existing_checkpoint);
     TCase *signals = add_case(s, tcase_create("signals"));
     tcase_add_test(signals, test_sighup_keeps_the_checkpoint);
+    tcase_add_test(signals, test_sigterm_twice_keeps_the_checkpoint);
     tcase_add_test(signals, test_interrupted_while_forming);
     tcase_add_test(signals, test_stop_at_an_epoch_end);
     TCase *exits = add_case(s, tcase_create("exits"));

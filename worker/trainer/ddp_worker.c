@@ -2,9 +2,12 @@
  *   ddp-run -n 2 -- ddp-worker --mode ddp --model mlp --epochs 3 */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/config.h"
 #include "common/limits.h"
@@ -17,12 +20,25 @@
 #define EXIT_USAGE 2             /* the flags, the config file or the environment ask the impossible */
 #define EXIT_COORDINATOR_GONE 75 /* EX_TEMPFAIL: ddpd went away; stopped with the checkpoint, run again */
 
+#define STOP_REPEAT_MS 1000 /* the same signal again within this is the same request */
+
 /* In training, the ranks agree to stop between steps and write the checkpoint. Before it
  * (joining, loading) there is nothing to keep, and on a second signal the user will not
- * wait: libddp's waits end now. */
+ * wait: libddp's waits end now. The same signal again within a second is not a second
+ * request but the first one from another sender: systemd's KillMode=control-group and
+ * Slurm's scancel signal every process of the job, ddp-run forwards its own as well. */
 static void on_stop(int sig) {
-    if (!trainer_training || trainer_stop_signal)
+    static volatile int64_t first_ms; /* when the stop was asked */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    bool again = trainer_stop_signal != 0;
+    if (again && trainer_stop_signal == sig && ms - first_ms < STOP_REPEAT_MS)
+        return;
+    if (!trainer_training || again)
         ddp_interrupt();
+    if (!again)
+        first_ms = ms;
     trainer_stop_signal = sig;
 }
 

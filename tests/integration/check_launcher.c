@@ -623,6 +623,30 @@ START_TEST(test_ignored_hangup) {
 }
 END_TEST
 
+/* Output to a full disk (/dev/full as stdout): the ranks finish, ddp-run says on stderr
+ * what was lost and exits 1, not 0; a reader that goes away (`| head -c 0`) is no error. */
+START_TEST(test_output_to_a_full_disk) {
+    const char *full[] = {"/bin/sh", "-c", "\"$0\" -n 2 -- echo hello > /dev/full", DDP_RUN_PATH, NULL};
+    proc p;
+    proc_start(&p, full, NULL);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 1);
+    ck_assert_msg(strstr(proc_output(&p), "its output could not be written (No space left on device): the lines "
+                                          "after it were lost"),
+                  "%s", proc_output_tail(&p));
+    proc_close(&p);
+    /* ddp-run's exit code on stderr: head's is the pipeline's */
+    const char *gone[] = {"/bin/sh", "-c",
+                          "{ \"$0\" -n 2 -- sh -c 'sleep 0.5; echo hello'; echo \"ddp-run exited $?\" >&2; } | "
+                          "head -c 0",
+                          DDP_RUN_PATH, NULL};
+    proc_start(&p, gone, NULL);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 0);
+    ck_assert_msg(strstr(proc_output(&p), "ddp-run exited 0") && !strstr(proc_output(&p), "could not be written"), "%s",
+                  proc_output_tail(&p));
+    proc_close(&p);
+}
+END_TEST
+
 /* Output nobody reads (a pager left waiting, a full pipe) holds ddp-run's output, not
  * ddp-run: a rank that fails is reaped and the other stopped as ever (the ranks' pids are
  * gone: ddp-run reaped them), and the output comes whole once the reader reads. */
@@ -756,6 +780,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_stop_signal_not_restarted);
     tcase_add_test(tc, test_ignored_hangup);
     tcase_add_test(tc, test_output_not_read);
+    tcase_add_test(tc, test_output_to_a_full_disk);
     tcase_add_test(tc, test_leftovers_ended);
     tcase_add_test(tc, test_stop_during_final_output);
     tcase_add_test(tc, test_many_ranks);

@@ -625,7 +625,8 @@ START_TEST(test_partial_epoch_lines) {
 }
 END_TEST
 
-/* A metrics file that cannot be written: said once, training finishes, the exit is 1. */
+/* A metrics file that cannot be written: said once, training finishes, the exit is 1; so
+ * is the worker's own output. */
 START_TEST(test_metrics_write_error) {
     const char *args[] = {"--metrics", "/dev/full", "--epochs", "1", NULL};
     proc p;
@@ -633,6 +634,15 @@ START_TEST(test_metrics_write_error) {
     assert_output(&p, "--metrics /dev/full: cannot write: No space left on device");
     assert_output(&p, "RESULT ");
     assert_output(&p, "trained, but --metrics /dev/full could not be written");
+    proc_close(&p);
+    /* its own output on a full disk: trained, but not a run that went well (exit 1) */
+    const char *full[] = {
+        DDP_RUN_PATH,    "-n",     "1", "--",      "/bin/sh", "-c",           "exec \"$0\" \"$@\" > /dev/full",
+        DDP_WORKER_PATH, "--data", dir, "--model", MODEL,     "--batch-size", "32",
+        "--epochs",      "1",      NULL};
+    proc_start(&p, full, NULL);
+    ck_assert_int_eq(proc_wait(&p, WAIT_MS), 1);
+    assert_output(&p, "ddp-worker: rank 0: its output could not be written: No space left on device");
     proc_close(&p);
     /* a pipe (the test reads the worker's output through one): written, and not an error
      * that it cannot be synced to disk before a checkpoint */

@@ -768,11 +768,21 @@ out:
     log_set_sink(NULL, NULL);
     if (l.out.dropped)
         log_warn("%u lines of output were lost: out of memory to hold them", l.out.dropped);
+    /* A full disk under `> train.log` is a failure, said where it can be; a reader that went
+     * away (`| head`) is the reader's choice. */
+    bool lost_output = false;
+    for (int fd = STDOUT_FILENO; fd <= STDERR_FILENO; fd++)
+        if (l.out.gone[fd] && l.out.error[fd] != EPIPE) {
+            lost_output = true;
+            if (!l.out.gone[STDERR_FILENO])
+                log_error("its %s could not be written (%s): the lines after it were lost",
+                          fd == STDOUT_FILENO ? "output" : "error output", strerror(l.out.error[fd]));
+        }
     out_queue_free(&l.out);
     signals_restore(&saved);
     if (l.files_raised)
         setrlimit(RLIMIT_NOFILE, &l.files);
-    *exit_code = l.cause_set ? l.exit_code : r < 0 ? 1 : 0;
+    *exit_code = l.cause_set ? l.exit_code : r < 0 || lost_output ? 1 : 0;
     if (ret_stop_signal)
         *ret_stop_signal = l.told_to_stop;
     return r;

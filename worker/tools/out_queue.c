@@ -105,6 +105,8 @@ static ssize_t write_some(out_queue *q, int fd, const char *buf, size_t n) {
     ssize_t r = q->socket[fd] ? send(w, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) : write(w, buf, n);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
+    if (r == 0)
+        errno = EIO;
     return r > 0 ? r : -1;
 }
 
@@ -124,6 +126,7 @@ void out_queue_write(out_queue *q) {
             return;
         if (w < 0) {
             q->gone[c->fd] = true;
+            q->error[c->fd] = errno;
             continue;
         }
         c->done += (size_t)w;

@@ -18,6 +18,7 @@ typedef struct {
     size_t waiting;   /* bytes queued, not yet written */
     unsigned dropped; /* lines lost for want of memory */
     bool gone[3];     /* by fd (stdout, stderr): nobody reads it (EPIPE, closed): lines to it are dropped */
+    int error[3];     /* by fd: why it is gone (an errno: EPIPE, ENOSPC...), for the launcher to say */
     int writer[3];    /* by fd: what is written to, non-blocking (a terminal reopened so, else the fd) */
     bool socket[3];   /* by fd: a socket (journald's stream), written with MSG_DONTWAIT */
 } out_queue;

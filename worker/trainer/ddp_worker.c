@@ -103,6 +103,14 @@ int main(int argc, char **argv) {
     }
     trainer_close(&t);
     config_free(spec, &o);
+    /* its lines (RESULT among them) on a full disk: not a run that went well; a reader
+     * that went away (`| head`) is the reader's choice */
+    int out_error = fflush(stdout) != 0 ? errno : ferror(stdout) ? EIO : 0;
+    if (out_error && out_error != EPIPE) {
+        fprintf(stderr, "ddp-worker: rank %d: its output could not be written: %s\n", t.rank, strerror(out_error));
+        if (r == 0 && !t.stopped_by)
+            return EXIT_FAILURE_RUN;
+    }
     if (r == 0 && t.metrics_error) {
         fprintf(stderr, "ddp-worker: rank %d: trained, but --metrics %s could not be written: %s\n", t.rank,
                 t.metrics_path, strerror(t.metrics_error));

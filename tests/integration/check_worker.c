@@ -908,6 +908,11 @@ START_TEST(test_checkpoint_keep) {
     char ckpt[128], link[160];
     path_in_dir(ckpt, sizeof(ckpt), "ckpt");
     const char *args[] = {"--checkpoint", ckpt, "--epochs", "3", "--checkpoint-keep", "2", NULL};
+    char copy[160]; /* a user's copy whose name reads as step 24 with a leading zero: not a link */
+    snprintf(copy, sizeof(copy), "%s.024", ckpt);
+    FILE *f = fopen(copy, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
     proc p;
     ck_assert_msg(train(&p, 1, args) == 0, "%s", proc_output_tail(&p));
     proc_close(&p);
@@ -917,6 +922,8 @@ START_TEST(test_checkpoint_keep) {
         snprintf(link, sizeof(link), "%s.%d", ckpt, kept[i]);
         ck_assert_uint_eq(read_info(link).step, (unsigned)kept[i]);
     }
+    ck_assert_int_eq(access(copy, F_OK), 0);
+    ck_assert_int_eq(unlink(copy), 0);
     snprintf(link, sizeof(link), "%s.8", ckpt);
     ck_assert_msg(access(link, F_OK) < 0, "%s should be gone", link);
     /* a new run over the same path, with the first run's links at steps past its own: they

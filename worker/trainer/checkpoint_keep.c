@@ -15,10 +15,11 @@ static int by_step_descending(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* The step of name if it is base.STEP, else -1. */
+/* The step of name if it is base.STEP as this file names them (no sign, no leading zero:
+ * a user's copy named base.016 is not step 16's link), else -1. */
 static int64_t step_of(const char *name, const char *base) {
     size_t n = strlen(base);
-    if (strncmp(name, base, n) != 0 || name[n] != '.' || !name[n + 1])
+    if (strncmp(name, base, n) != 0 || name[n] != '.' || !name[n + 1] || (name[n + 1] == '0' && name[n + 2]))
         return -1;
     char *end;
     errno = 0;
@@ -68,9 +69,14 @@ int checkpoint_keep(const char *path, uint64_t step, int keep, checkpoint_links 
         snprintf(err, err_size, "--checkpoint-keep: %s.%llu: the name is too long", path, (unsigned long long)step);
         return -ENAMETOOLONG;
     }
-    unlink(link_path); /* a save at the same step again (a resumed run): the newer one */
-    if (linkat(AT_FDCWD, path, AT_FDCWD, link_path, AT_SYMLINK_FOLLOW) < 0) {
+    /* linked under a name of its own, then renamed over a link of the same step (a save at
+     * that step again, after a resume): a link that fails leaves the older one in place */
+    char fresh[PATH_MAX + 32];
+    snprintf(fresh, sizeof(fresh), "%s.new-%ld", link_path, (long)getpid());
+    unlink(fresh); /* a crashed run's, of this pid */
+    if (linkat(AT_FDCWD, path, AT_FDCWD, fresh, AT_SYMLINK_FOLLOW) < 0 || rename(fresh, link_path) < 0) {
         int r = -errno;
+        unlink(fresh);
         snprintf(err, err_size, "--checkpoint-keep: cannot link %s as %s: %s", path, link_path, strerror(-r));
         return r;
     }

@@ -642,7 +642,7 @@ START_TEST(test_metrics_write_error) {
         "--epochs",      "1",      NULL};
     proc_start(&p, full, NULL);
     ck_assert_int_eq(proc_wait(&p, WAIT_MS), 1);
-    assert_output(&p, "ddp-worker: rank 0: its output could not be written: No space left on device");
+    assert_output(&p, "ddp-worker: rank 0: its output could not be written");
     proc_close(&p);
     /* a pipe (the test reads the worker's output through one): written, and not an error
      * that it cannot be synced to disk before a checkpoint */

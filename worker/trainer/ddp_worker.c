@@ -1,6 +1,7 @@
 /* ddp-worker: one rank of a data-parallel training job.
  *   ddp-run -n 2 -- ddp-worker --mode ddp --model mlp --epochs 3 */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/config.h"
 #include "common/limits.h"
@@ -105,9 +107,14 @@ int main(int argc, char **argv) {
     config_free(spec, &o);
     /* its lines (RESULT among them) on a full disk: not a run that went well; a reader
      * that went away (`| head`) is the reader's choice */
-    int out_error = fflush(stdout) != 0 ? errno : ferror(stdout) ? EIO : 0;
+    int out_error = fflush(stdout) != 0 ? errno : ferror(stdout) ? -1 : 0; /* -1: an earlier write, errno gone */
+    struct pollfd out = {.fd = STDOUT_FILENO};
+    if (out_error < 0 && poll(&out, 1, 0) == 1 && (out.revents & POLLERR)) /* a pipe whose reader went away */
+        out_error = EPIPE;
     if (out_error && out_error != EPIPE) {
-        fprintf(stderr, "ddp-worker: rank %d: its output could not be written: %s\n", t.rank, strerror(out_error));
+        fprintf(stderr, "ddp-worker: rank %d: its output could not be written%s%s\n", t.rank,
+                out_error > 0 ? ": " : " (a write to it failed: a full disk?)",
+                out_error > 0 ? strerror(out_error) : "");
         if (r == 0 && !t.stopped_by)
             return EXIT_FAILURE_RUN;
     }

@@ -139,6 +139,16 @@ void metrics_sync(trainer *t) {
     }
 }
 
+int metrics_sync_before_save(trainer *t) {
+    metrics_sync(t);
+    /* each rank its own file (%r): rank 0 saves only once every rank's lines are on disk,
+     * so that a power loss cannot keep a checkpoint past a rank's lines */
+    if (!t->opts->metrics || !strstr(t->opts->metrics, "%r") || t->world < 2)
+        return 0;
+    int r = ddp_barrier(t->g);
+    return r < 0 ? trainer_fail(t, r, "--metrics: waiting for every rank's sync: %s", ddp_last_error(t->g)) : 0;
+}
+
 void metrics_close(trainer *t) {
     if (t->metrics && fclose(t->metrics) != 0 && !t->metrics_error)
         t->metrics_error = errno;

@@ -316,8 +316,7 @@ int trainer_run(trainer *t) {
                     stopping = true;
                     break;
                 }
-                metrics_sync(t);
-                if ((r = resume_save(t)) < 0)
+                if ((r = metrics_sync_before_save(t)) < 0 || (r = resume_save(t)) < 0)
                     return r;
                 return trainer_stopped(t);
             }
@@ -334,8 +333,7 @@ int trainer_run(trainer *t) {
         }
         /* The checkpoint before the evaluation, which does not change the model: a long
          * one cannot cost it (a stop's grace running out, a crash). */
-        metrics_sync(t);
-        if ((r = resume_save(t)) < 0)
+        if ((r = metrics_sync_before_save(t)) < 0 || (r = resume_save(t)) < 0)
             return r;
         double accuracy = NAN, test_metric = NAN;
         if ((r = evaluate(t, &test_metric)) < 0)

@@ -101,6 +101,9 @@ void metrics_write(trainer *t, const char *kind, uint64_t epoch, double loss, do
 /* The lines so far on disk: before a checkpoint, so that a resume finds every line up to
  * its step (an epoch's lines, once an epoch). */
 void metrics_sync(trainer *t);
+/* The same, then, with a file per rank, a barrier: every rank's lines are on disk before
+ * rank 0 writes the checkpoint of their step. */
+int metrics_sync_before_save(trainer *t);
 void metrics_close(trainer *t);
 /* resume.c: rank 0 writes --checkpoint; --resume reads it on rank 0 and gives every rank
  * the same state (a checkpoint may live on one host only). resume_check, at start-up on

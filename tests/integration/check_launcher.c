@@ -287,6 +287,22 @@ START_TEST(test_sigkill_after_grace) {
 }
 END_TEST
 
+/* Ranks that fail when told to stop (exit 1: ddp-worker whose last checkpoint could not be
+ * written) are news: said as errors, and ddp-run exits with their code, not 143. */
+START_TEST(test_failed_stop_is_news) {
+    const char *script = "trap 'exit 1' TERM; echo ready; while :; do sleep 0.05; done";
+    const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--", "sh", "-c", script, NULL};
+    proc p;
+    proc_start(&p, argv, NULL);
+    for (int r = 0; r < 2; r++) /* in either order */
+        ck_assert_msg(proc_expect(&p, "] ready", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
+    proc_signal(&p, SIGTERM);
+    ck_assert_msg(proc_wait(&p, WAIT_MS) == 1, "%s", proc_output_tail(&p));
+    assert_output_has(&p, "exited with code 1 while stopping");
+    proc_close(&p);
+}
+END_TEST
+
 START_TEST(test_given_coordinator) {
     ddpd_proc d;
     ddpd_start(&d, NULL);
@@ -789,6 +805,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_first_signal_after_a_failure);
     tcase_add_loop_test(tc, test_signal_forwarded, 0, 2);
     tcase_add_test(tc, test_sigkill_after_grace);
+    tcase_add_test(tc, test_failed_stop_is_news);
     tcase_add_test(tc, test_crowd_is_not_dead);
     tcase_add_test(tc, test_given_coordinator);
     tcase_add_test(tc, test_environment);

@@ -63,6 +63,7 @@ typedef struct {
     uint64_t give_up_at_ms; /* after SIGKILL: a child stuck in the kernel is left behind */
     int stop_signal;        /* forwarded to the ranks; SIGTERM when a rank failed */
     int told_to_stop;       /* the first stop signal ddp-run itself received, or 0 */
+    bool stop_failed;       /* a rank told to stop failed instead: its code is the exit code */
     bool cause_set;         /* exit_code says why the job ended, first cause wins */
     int exit_code;
     out_queue out;        /* what goes to our stdout and stderr: the ranks', ddpd's and our lines */
@@ -321,6 +322,15 @@ static void launcher_rank_exited(launcher *l, child *c, int status, bool job_ran
             launcher_set_cause(l, c->code);
         }
         launcher_stop_ranks(l, SIGTERM);
+    } else if (c->code != 0 && !ours && l->told_to_stop && c->code != 128 + l->stop_signal) {
+        /* asked to stop, it failed instead (ddp-worker: its last checkpoint not written):
+         * news, and its code is ddp-run's rather than the signal's */
+        log_error("%s (pid %d) %s while stopping", c->label, (int)c->pid, how);
+        if (!l->stop_failed) {
+            l->stop_failed = true;
+            l->cause_set = false;
+            launcher_set_cause(l, c->code);
+        }
     } else {
         log_info("%s (pid %d) %s", c->label, (int)c->pid, how);
     }

@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 
 #include "common/atomic_file.h"
 #include "common/log.h"
+#include "server/helper_thread.h"
 
 struct metrics_writer {
     pthread_mutex_t lock;
@@ -107,21 +107,13 @@ int metrics_writer_start(metrics_writer **ret, const char *path, const char *gro
     }
     w->gid = gid;
     w->failures = (log_ratelimit)LOG_RATELIMIT_INIT(60000, 3);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->posted, NULL);
-    pthread_cond_init(&w->idle, &attr);
-    pthread_condattr_destroy(&attr);
-    sigset_t all, was; /* signals are the loop's */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &was);
-    int r = pthread_create(&w->thread, NULL, writer_main, w);
-    pthread_sigmask(SIG_SETMASK, &was, NULL);
-    if (r != 0) {
+    helper_cond_init(&w->idle);
+    int r = helper_thread_start(&w->thread, writer_main, w);
+    if (r < 0) {
         writer_free(w);
-        return -r;
+        return r;
     }
     *ret = w;
     return 0;
@@ -137,14 +129,7 @@ void metrics_writer_post(metrics_writer *w, char *text, size_t size) {
 }
 
 bool metrics_writer_stop(metrics_writer *w, char *text, size_t size, int timeout_ms) {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = helper_deadline(timeout_ms);
     pthread_mutex_lock(&w->lock);
     if (text) {
         free(w->text);

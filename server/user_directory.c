@@ -4,7 +4,6 @@
 #include <grp.h>
 #include <pthread.h>
 #include <pwd.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +15,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/strmap.h"
+#include "server/helper_thread.h"
 
 #define DIRECTORY_MAX_ENTRIES 4096      /* past it, the half used longest ago is forgotten */
 #define DIRECTORY_MAX_QUEUED 256        /* questions waiting for NSS: past it, asked later */
@@ -187,24 +187,13 @@ int user_directory_open(user_directory **ret, int wait_ms, int ttl_ms) {
     d->wait_ms = wait_ms;
     d->ttl_ms = ttl_ms;
     d->failures = (log_ratelimit)LOG_RATELIMIT_INIT(10000, 5);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->work, NULL);
-    pthread_cond_init(&d->answered, &attr);
-    pthread_condattr_destroy(&attr);
-    sigset_t all, was; /* signals are the loop's: none interrupts NSS on this thread */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &was);
-    int r = pthread_create(&d->thread, NULL, directory_main, d);
-    pthread_sigmask(SIG_SETMASK, &was, NULL);
-    if (r != 0) {
-        pthread_cond_destroy(&d->answered);
-        pthread_cond_destroy(&d->work);
-        pthread_mutex_destroy(&d->lock);
-        free(d);
-        return -r;
+    helper_cond_init(&d->answered);
+    int r = helper_thread_start(&d->thread, directory_main, d);
+    if (r < 0) {
+        directory_free(d);
+        return r;
     }
     *ret = d;
     return 0;
@@ -297,11 +286,7 @@ static int directory_ask(user_directory *d, const entry *q, entry *ret) {
     }
     /* a new question to an idle thread is worth a short wait, within the window's budget */
     if (!e->answered && e->asking && idle && may_wait(d, now)) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        uint64_t ns = (uint64_t)until.tv_nsec + ((uint64_t)d->wait_ms - d->waited_ms) * 1000000u;
-        until.tv_sec += (time_t)(ns / 1000000000u);
-        until.tv_nsec = (long)(ns % 1000000000u);
+        struct timespec until = helper_deadline((long)((uint64_t)d->wait_ms - d->waited_ms));
         while (!e->answered && pthread_cond_timedwait(&d->answered, &d->lock, &until) == 0)
             ;
         d->waited_ms += clock_now_ms() - now;

@@ -540,6 +540,23 @@ START_TEST(test_status_table_and_json) {
 }
 END_TEST
 
+/* A scratch directory for ddpd: its socket (listen) and its --state-dir (state). */
+static void state_dir_make(const char *name, char dir[64], char listen[128], char state[96]) {
+    snprintf(dir, 64, "/tmp/ddp-%s-%d", name, (int)getpid());
+    snprintf(listen, 128, "ipc://%s/ddpd.sock", dir);
+    snprintf(state, 96, "%s/state", dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(mkdir(state, 0700), 0);
+}
+
+static void state_dir_remove(const char *dir, const char *state) {
+    char path[128];
+    snprintf(path, sizeof(path), "%s/generation", state);
+    unlink(path);
+    rmdir(state);
+    rmdir(dir);
+}
+
 /* ddpd restarts under a running job (SIGTERM, then SIGKILL: a crash): the members go on
  * with their barriers (in shared memory, then through ddpd: DDP_TRANSPORT=zmq, where a
  * barrier the old ddpd never answered is asked of the new one), rejoin the next ddpd at
@@ -548,11 +565,7 @@ END_TEST
  * wait runs out, saying so. */
 START_TEST(test_ddpd_restart) {
     char dir[64], listen[128], state[96], line[512];
-    snprintf(dir, sizeof(dir), "/tmp/ddp-restart-%d", (int)getpid());
-    snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", dir);
-    snprintf(state, sizeof(state), "%s/state", dir);
-    ck_assert_int_eq(mkdir(dir, 0700), 0);
-    ck_assert_int_eq(mkdir(state, 0700), 0);
+    state_dir_make("restart", dir, listen, state);
     const char *flags[] = {"--listen", listen, "--state-dir", state, NULL};
     ddpd_proc d;
     ddpd_start(&d, flags);
@@ -621,11 +634,7 @@ START_TEST(test_ddpd_restart) {
         ck_assert_int_eq(proc_wait(&m[r], WAIT_MS), 3);
         proc_close(&m[r]);
     }
-    char path[128];
-    snprintf(path, sizeof(path), "%s/generation", state);
-    unlink(path);
-    rmdir(state);
-    rmdir(dir);
+    state_dir_remove(dir, state);
 }
 END_TEST
 
@@ -635,11 +644,7 @@ END_TEST
  * ddpd write the file again (two fsyncs on its loop), as often as a client liked. */
 START_TEST(test_rejoin_past_start) {
     char dir[64], listen[128], state[96];
-    snprintf(dir, sizeof(dir), "/tmp/ddp-rejoin-past-%d", (int)getpid());
-    snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", dir);
-    snprintf(state, sizeof(state), "%s/state", dir);
-    ck_assert_int_eq(mkdir(dir, 0700), 0);
-    ck_assert_int_eq(mkdir(state, 0700), 0);
+    state_dir_make("rejoin-past", dir, listen, state);
     const char *flags[] = {"--listen", listen, "--state-dir", state, NULL};
     ddpd_proc d;
     ddpd_start(&d, flags);
@@ -674,11 +679,7 @@ START_TEST(test_rejoin_past_start) {
     zmq_close(first);
     zmq_ctx_term(ctx);
     ck_assert_int_eq(ddpd_stop(&d), 0);
-    char path[128];
-    snprintf(path, sizeof(path), "%s/generation", state);
-    unlink(path);
-    rmdir(state);
-    rmdir(dir);
+    state_dir_remove(dir, state);
 }
 END_TEST
 

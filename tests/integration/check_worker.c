@@ -206,22 +206,22 @@ START_TEST(test_existing_checkpoint) {
 }
 END_TEST
 
-/* SIGHUP (a closed terminal) stops the ranks like SIGTERM: checkpoint written, each rank
- * exits 128+1 and says where it stopped. */
-START_TEST(test_sighup_keeps_the_checkpoint) {
-    char ckpt[128];
-    path_in_dir(ckpt, sizeof(ckpt), "hup.ckpt");
-    ddpd_proc d;
-    ddpd_start(&d, NULL);
+/* Two ranks of job that train for good, saving to ckpt, started once rank 0 has ended an
+ * epoch. */
+static void train_two_for_good(ddpd_proc *d, proc w[2], const char *ckpt, const char *job) {
+    ddpd_start(d, NULL);
     const char *argv[] = {DDP_WORKER_PATH, "--data",       dir,  "--model", MODEL, "--batch-size", "32", "--epochs",
                           "100000",        "--checkpoint", ckpt, NULL};
-    proc w[2];
     for (int r = 0; r < 2; r++)
-        rank_start(&w[r], &d, 2, r, "hup", argv);
+        rank_start(&w[r], d, 2, r, job, argv);
     ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[0]));
-    proc_signal(&w[1], SIGHUP); /* one rank's terminal: every rank stops with it */
+}
+
+/* Both ranks stopped by sig (exit 128+sig), the checkpoint of the step rank 0 names
+ * written; then closed, with ddpd. */
+static void expect_stopped_with_checkpoint(ddpd_proc *d, proc w[2], int sig, const char *ckpt) {
     for (int r = 0; r < 2; r++)
-        ck_assert_int_eq(proc_wait(&w[r], WAIT_MS), 128 + SIGHUP);
+        ck_assert_msg(proc_wait(&w[r], WAIT_MS) == 128 + sig, "%s", proc_output_tail(&w[r]));
     char line[256];
     ck_assert_msg(proc_expect(&w[0], "stopped by a signal at step", 0, line, sizeof(line)), "%s",
                   proc_output_tail(&w[0]));
@@ -229,7 +229,19 @@ START_TEST(test_sighup_keeps_the_checkpoint) {
     ck_assert_uint_eq(read_info(ckpt).step, step);
     for (int r = 0; r < 2; r++)
         proc_close(&w[r]);
-    ck_assert_int_eq(ddpd_stop(&d), 0);
+    ck_assert_int_eq(ddpd_stop(d), 0);
+}
+
+/* SIGHUP (a closed terminal) stops the ranks like SIGTERM: checkpoint written, each rank
+ * exits 128+1 and says where it stopped. */
+START_TEST(test_sighup_keeps_the_checkpoint) {
+    char ckpt[128];
+    path_in_dir(ckpt, sizeof(ckpt), "hup.ckpt");
+    ddpd_proc d;
+    proc w[2];
+    train_two_for_good(&d, w, ckpt, "hup");
+    proc_signal(&w[1], SIGHUP); /* one rank's terminal: every rank stops with it */
+    expect_stopped_with_checkpoint(&d, w, SIGHUP, ckpt);
 }
 END_TEST
 
@@ -241,13 +253,8 @@ START_TEST(test_sigterm_twice_keeps_the_checkpoint) {
     char ckpt[128];
     path_in_dir(ckpt, sizeof(ckpt), "twice.ckpt");
     ddpd_proc d;
-    ddpd_start(&d, NULL);
-    const char *argv[] = {DDP_WORKER_PATH, "--data",       dir,  "--model", MODEL, "--batch-size", "32", "--epochs",
-                          "100000",        "--checkpoint", ckpt, NULL};
     proc w[2];
-    for (int r = 0; r < 2; r++)
-        rank_start(&w[r], &d, 2, r, "twice", argv);
-    ck_assert_msg(proc_expect(&w[0], "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&w[0]));
+    train_two_for_good(&d, w, ckpt, "twice");
     proc_signal(&w[1], SIGSTOP); /* rank 0 then waits in a collective, where an interrupt would end it */
     usleep(200 * 1000);
     proc_signal(&w[0], SIGTERM);
@@ -255,16 +262,7 @@ START_TEST(test_sigterm_twice_keeps_the_checkpoint) {
     proc_signal(&w[0], SIGTERM);
     usleep(100 * 1000);
     proc_signal(&w[1], SIGCONT);
-    for (int r = 0; r < 2; r++)
-        ck_assert_msg(proc_wait(&w[r], WAIT_MS) == 128 + SIGTERM, "%s", proc_output_tail(&w[r]));
-    char line[256];
-    ck_assert_msg(proc_expect(&w[0], "stopped by a signal at step", 0, line, sizeof(line)), "%s",
-                  proc_output_tail(&w[0]));
-    unsigned long long step = strtoull(strstr(line, "at step ") + 8, NULL, 10);
-    ck_assert_uint_eq(read_info(ckpt).step, step);
-    for (int r = 0; r < 2; r++)
-        proc_close(&w[r]);
-    ck_assert_int_eq(ddpd_stop(&d), 0);
+    expect_stopped_with_checkpoint(&d, w, SIGTERM, ckpt);
 }
 END_TEST
 

@@ -167,14 +167,35 @@ static bool maps_segment(pid_t pid, const char *name) {
 }
 
 /* The first listening abstract socket whose name begins with prefix, from /proc/net/unix. */
-static bool find_abstract_socket(const char *prefix, char *name, size_t size) {
+/* Whether pid holds the socket of inode. */
+static bool holds_socket(pid_t pid, unsigned long inode) {
+    char path[64], link[64], want[48];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    snprintf(want, sizeof(want), "socket:[%lu]", inode);
+    DIR *d = opendir(path);
+    bool held = false;
+    for (struct dirent *e; d && !held && (e = readdir(d));) {
+        char fd_path[64 + sizeof(e->d_name)];
+        snprintf(fd_path, sizeof(fd_path), "%s/%s", path, e->d_name);
+        ssize_t n = readlink(fd_path, link, sizeof(link) - 1);
+        held = n > 0 && (link[n] = '\0', strcmp(link, want) == 0);
+    }
+    if (d)
+        closedir(d);
+    return held;
+}
+
+/* The name of the abstract socket of pid's (not another test's ddpd's) that starts with
+ * prefix, from /proc/net/unix. */
+static bool find_abstract_socket(pid_t pid, const char *prefix, char *name, size_t size) {
     FILE *f = fopen("/proc/net/unix", "r");
     char line[512], needle[64];
     snprintf(needle, sizeof(needle), " @%s", prefix);
     bool found = false;
     while (f && !found && fgets(line, sizeof(line), f)) {
         char *at = strstr(line, needle);
-        if (at) {
+        unsigned long inode = 0;
+        if (at && sscanf(line, "%*s %*s %*s %*s %*s %*s %lu", &inode) == 1 && holds_socket(pid, inode)) {
             snprintf(name, size, "%s", at + 2);
             name[strcspn(name, "\n")] = '\0';
             found = true;
@@ -238,7 +259,8 @@ START_TEST(test_ps_shared_memory) {
 
     /* rank 1 never handed over: ddpd still listens; this process claims to be rank 1 */
     char name[FD_SOCKET_NAME_BYTES];
-    ck_assert_msg(find_abstract_socket("ddpd-ps-", name, sizeof(name)), "no ddpd-ps- socket in /proc/net/unix");
+    ck_assert_msg(find_abstract_socket(d.p.pid, "ddpd-ps-", name, sizeof(name)),
+                  "no ddpd-ps- socket of ddpd's in /proc/net/unix");
     int sock = -1, fd = memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING), got = -1;
     int32_t said = -1;
     ck_assert_int_eq(fd_socket_connect(name, &sock), 0);

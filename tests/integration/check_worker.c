@@ -592,11 +592,24 @@ START_TEST(test_metrics_across_resume) {
     const char *lost[] = {"--checkpoint", elsewhere, "--metrics", metrics, "--epochs", "1", "--resume", NULL};
     ck_assert_int_eq(train(&p, 1, lost), 2);
     assert_output(&p, "yet --metrics");
-    assert_output(&p, "has lines of an earlier run (step 1): not starting over them");
+    assert_output(&p, "has lines of an earlier run that saved one (an epoch ended at step 8): not starting over them");
     proc_close(&p);
     count_lines(metrics, &steps, &epochs, &last);
     ck_assert_int_eq(steps, 16);
     ck_assert_double_eq(last, 16);
+    /* a run that crashed before its first checkpoint left step lines only: lost work,
+     * dropped, and the next --resume starts from the beginning */
+    char early[128];
+    path_in_dir(early, sizeof(early), "early.jsonl");
+    f = fopen(early, "w");
+    fputs("{\"type\":\"step\",\"step\":1,\"loss\":1}\n{\"type\":\"step\",\"step\":2,\"loss\":1}\n", f);
+    fclose(f);
+    const char *after_crash[] = {"--checkpoint", elsewhere, "--metrics", early, "--epochs", "1", "--resume", NULL};
+    ck_assert_msg(train(&p, 1, after_crash) == 0, "%s", proc_output_tail(&p));
+    proc_close(&p);
+    count_lines(early, &steps, &epochs, &last);
+    ck_assert_int_eq(steps, 8);
+    ck_assert_int_eq(epochs, 1);
 }
 END_TEST
 

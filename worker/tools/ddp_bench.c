@@ -400,7 +400,7 @@ static int bench_launch(const bench_options *o, int argc, char **argv) {
         .argv = args,
     };
     int exit_code = 1;
-    launcher_run(&launch, &exit_code, NULL);
+    launcher_run(&launch, &exit_code, NULL, NULL);
     free(args);
     close(fd);
     return exit_code;

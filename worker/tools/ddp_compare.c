@@ -200,7 +200,7 @@ static int run_mode(const compare_options *o, const char *program, char **extra,
            bucket_mb > 0 ? " (bucket sweep)" : "");
     fflush(stdout);
     int code = 1;
-    launcher_run(&launch, &code, NULL);
+    launcher_run(&launch, &code, NULL, NULL);
     free(argv);
     return code;
 }

@@ -4,6 +4,7 @@
  * stops the rest and exits with that failure's code. The work is in launcher.c. */
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,10 +138,12 @@ int main(int argc, char **argv) {
     for (int attempt = 0;; attempt++) {
         exit_code = 1;
         int stop_signal = 0;
-        launcher_run(&launch, &exit_code, &stop_signal); /* it logs its own failures */
+        bool output_lost = false;
+        launcher_run(&launch, &exit_code, &stop_signal, &output_lost); /* it logs its own failures */
         /* Done, told to stop (SIGINT, SIGTERM, SIGHUP: even while a failed job was ending),
-         * or out of restarts. A rank's own exit code, whatever it is, is a failure. */
-        if (exit_code == 0 || stop_signal || attempt >= opts.max_restarts)
+         * or out of restarts. A rank's own exit code, whatever it is, is a failure; output
+         * lost to a full disk is one too, but not the job's to run again. */
+        if (exit_code == 0 || stop_signal || output_lost || attempt >= opts.max_restarts)
             break;
         log_warn("the job failed (exit code %d); starting it again (%d of %d restarts)", exit_code, attempt + 1,
                  opts.max_restarts);

@@ -322,9 +322,11 @@ static void launcher_rank_exited(launcher *l, child *c, int status, bool job_ran
             launcher_set_cause(l, c->code);
         }
         launcher_stop_ranks(l, SIGTERM);
-    } else if (c->code != 0 && !ours && l->told_to_stop && c->code != 128 + l->stop_signal) {
-        /* asked to stop, it failed instead (ddp-worker: its last checkpoint not written):
-         * news, and its code is ddp-run's rather than the signal's */
+    } else if (c->code != 0 && !ours && l->told_to_stop && l->exit_code == 128 + l->told_to_stop &&
+               c->code != 128 + l->stop_signal && c->code != 128 + l->told_to_stop) {
+        /* asked to stop (the stop being what ends the job: not a failure before it), it
+         * failed instead (ddp-worker: its last checkpoint not written): news, and its code
+         * is ddp-run's rather than the signal's */
         log_error("%s (pid %d) %s while stopping", c->label, (int)c->pid, how);
         if (!l->stop_failed) {
             l->stop_failed = true;
@@ -699,7 +701,7 @@ static void launcher_log_sink(void *ctx, const char *line, size_t n) {
 
 /* ---- the public part ---- */
 
-int launcher_run(const launcher_options *opts, int *exit_code, int *ret_stop_signal) {
+int launcher_run(const launcher_options *opts, int *exit_code, int *ret_stop_signal, bool *ret_output_lost) {
     launcher l = {.opts = opts, .devnull = -1};
     l.ddpd.streams[0].fd = -1;
     saved_signals saved;
@@ -795,5 +797,7 @@ out:
     *exit_code = l.cause_set ? l.exit_code : r < 0 || lost_output ? 1 : 0;
     if (ret_stop_signal)
         *ret_stop_signal = l.told_to_stop;
+    if (ret_output_lost)
+        *ret_output_lost = lost_output;
     return r;
 }

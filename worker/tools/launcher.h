@@ -35,9 +35,11 @@ int launcher_resolve_program(const char *name, char *path, size_t size, char *er
 
 /* Runs the job to its end. On return *exit_code is what ddp-run should exit with: 0 when
  * every rank exited 0; the first failed rank's code (128+signal when killed by one); or
- * 128+signal when ddp-run was told to stop. *ret_stop_signal (may be NULL): the first
- * SIGINT, SIGTERM or SIGHUP ddp-run received, whatever ended the job first, or 0 (a job
- * told to stop is not restarted). Returns 0, or a negative errno when the job could not
+ * 128+signal when ddp-run was told to stop; 1 where it would be 0 but output was lost (a
+ * full disk). *ret_stop_signal (may be NULL): the first SIGINT, SIGTERM or SIGHUP ddp-run
+ * received, whatever ended the job first, or 0 (a job told to stop is not restarted).
+ * *ret_output_lost (may be NULL): output could not be written (the job itself may have
+ * gone well: not one to restart). Returns 0, or a negative errno when the job could not
  * be set up (no private ddpd, no pipes), with the reason logged; children that were
  * started are stopped and reaped either way. */
-int launcher_run(const launcher_options *opts, int *exit_code, int *ret_stop_signal);
+int launcher_run(const launcher_options *opts, int *exit_code, int *ret_stop_signal, bool *ret_output_lost);

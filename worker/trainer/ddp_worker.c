@@ -22,26 +22,30 @@
 #define EXIT_USAGE 2             /* the flags, the config file or the environment ask the impossible */
 #define EXIT_COORDINATOR_GONE 75 /* EX_TEMPFAIL: ddpd went away; stopped with the checkpoint, run again */
 
-#define STOP_REPEAT_MS 1000 /* the same signal again within this is the same request */
+#define STOP_REPEAT_MS 1000 /* a stop signal again within this is the same request */
 
 /* In training, the ranks agree to stop between steps and write the checkpoint. Before it
  * (joining, loading) there is nothing to keep, and on a second signal the user will not
- * wait: libddp's waits end now. The same signal again within a second is not a second
+ * wait: libddp's waits end now. A stop signal again within a second is not a second
  * request but the first one from another sender: systemd's KillMode=control-group and
- * Slurm's scancel signal every process of the job, ddp-run forwards its own as well. */
+ * Slurm's scancel signal every process of the job while ddp-run forwards its own, and
+ * systemd's SendSIGHUP= follows SIGTERM with SIGHUP. */
 static void on_stop(int sig) {
     static volatile int64_t first_ms; /* when the stop was asked */
+    int saved_errno = errno;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
     int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     bool again = trainer_stop_signal != 0;
-    if (again && trainer_stop_signal == sig && ms - first_ms < STOP_REPEAT_MS)
-        return;
-    if (!trainer_training || again)
-        ddp_interrupt();
-    if (!again)
-        first_ms = ms;
-    trainer_stop_signal = sig;
+    if (!again || ms - first_ms >= STOP_REPEAT_MS) {
+        if (!trainer_training || again)
+            ddp_interrupt();
+        if (!again) {
+            first_ms = ms;
+            trainer_stop_signal = sig;
+        }
+    }
+    errno = saved_errno;
 }
 
 int main(int argc, char **argv) {
@@ -85,7 +89,10 @@ int main(int argc, char **argv) {
      * between steps, with a checkpoint (trainer.h). */
     /* SA_RESTART: a write to a slow pipe goes on; libddp's waits end by ddp_interrupt, not EINTR. */
     struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
+    sigemptyset(&sa.sa_mask); /* one stop signal's handler at a time */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGHUP);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
@@ -109,7 +116,7 @@ int main(int argc, char **argv) {
      * that went away (`| head`) is the reader's choice */
     int out_error = fflush(stdout) != 0 ? errno : ferror(stdout) ? -1 : 0; /* -1: an earlier write, errno gone */
     struct pollfd out = {.fd = STDOUT_FILENO};
-    if (out_error < 0 && poll(&out, 1, 0) == 1 && (out.revents & POLLERR)) /* a pipe whose reader went away */
+    if (out_error < 0 && poll(&out, 1, 0) == 1 && (out.revents & (POLLERR | POLLHUP))) /* its reader went away */
         out_error = EPIPE;
     if (out_error && out_error != EPIPE) {
         fprintf(stderr, "ddp-worker: rank %d: its output could not be written%s%s\n", t.rank,
@@ -123,7 +130,9 @@ int main(int argc, char **argv) {
                 t.metrics_path, strerror(t.metrics_error));
         return EXIT_FAILURE_RUN;
     }
-    if (r == -EINTR && trainer_stop_signal) /* interrupted before training: what ended it was the signal */
+    /* stopped before training: what ended it was the signal (a peer's abort, come first,
+     * as much as an interrupted wait) */
+    if (r < 0 && trainer_stop_signal && (r == -EINTR || !trainer_training))
         return 128 + trainer_stop_signal;
     if (r < 0)
         return t.usage_error ? EXIT_USAGE : EXIT_FAILURE_RUN;

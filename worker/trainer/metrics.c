@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -14,19 +15,22 @@
 #include "common/limits.h"
 #include "worker/trainer/trainer.h"
 
-/* The step a metrics line was written at, or UINT64_MAX for a line that is not one. */
-static uint64_t line_step(const char *line) {
+/* The step a metrics line was written at, or UINT64_MAX for a line that is not one; and
+ * whether it is an epoch's line (written after the epoch's checkpoint). */
+static uint64_t line_step(const char *line, bool *ret_epoch) {
     cJSON *j = cJSON_Parse(line);
-    const cJSON *step = cJSON_GetObjectItem(j, "step");
+    const cJSON *step = cJSON_GetObjectItem(j, "step"), *type = cJSON_GetObjectItem(j, "type");
     uint64_t s = cJSON_IsNumber(step) && step->valuedouble >= 0 ? (uint64_t)step->valuedouble : UINT64_MAX;
+    *ret_epoch = cJSON_IsString(type) && strcmp(type->valuestring, "epoch") == 0;
     cJSON_Delete(j);
     return s;
 }
 
 /* A resumed run continues the file: the lines up to the checkpoint's step stay, those a
  * run wrote after it (and then lost) go, rewritten whole so that a crash keeps the old.
- * Where --resume found no checkpoint, lines past step 0 are an earlier run's, kept: the
- * run is refused rather than started over them. */
+ * Where --resume found no checkpoint but the file has an epoch's line past step 0, an
+ * earlier run saved one that is not where --checkpoint says: its lines are kept, and the
+ * run refused rather than started over them. */
 static int metrics_keep_history(trainer *t) {
     FILE *in = fopen(t->metrics_path, "r");
     if (!in)
@@ -43,11 +47,15 @@ static int metrics_keep_history(trainer *t) {
                     t->rank, t->metrics_path, n);
             continue;
         }
-        uint64_t step = line_step(line);
-        if (step > t->step && !t->links.resumed && step != UINT64_MAX) { /* no checkpoint was found */
+        bool epoch_line;
+        uint64_t step = line_step(line, &epoch_line);
+        if (step > t->step && !t->links.resumed && step != UINT64_MAX && epoch_line) {
+            /* no checkpoint was found, yet a run saved one: its epoch line says so (one that
+             * never got that far left only step lines, dropped as lost work) */
             snprintf(err, sizeof(err),
-                     "--resume: no checkpoint at %.200s, yet --metrics %.200s has lines of an earlier run (step "
-                     "%llu): not starting over them (is the checkpoint's path right, its filesystem mounted? To start "
+                     "--resume: no checkpoint at %.200s, yet --metrics %.200s has lines of an earlier run that saved "
+                     "one (an epoch ended at step %llu): not starting over them (is the checkpoint's path right, its "
+                     "filesystem mounted? To start "
                      "from the beginning, move the file away)",
                      t->opts->checkpoint, t->metrics_path, (unsigned long long)step);
             r = -EEXIST;
@@ -142,10 +150,14 @@ void metrics_sync(trainer *t) {
 int metrics_sync_before_save(trainer *t) {
     metrics_sync(t);
     /* each rank its own file (%r): rank 0 saves only once every rank's lines are on disk,
-     * so that a power loss cannot keep a checkpoint past a rank's lines */
-    if (!t->opts->metrics || !strstr(t->opts->metrics, "%r") || t->world < 2)
+     * so that a power loss cannot keep a checkpoint past a rank's lines. Whether --metrics
+     * is given is agreed by every rank (agree.c), its %r not: the wait is on the first. And
+     * a collective among the ranks, not ddpd's barrier: the stop for a ddpd gone must
+     * still get to its checkpoint. */
+    if (!t->opts->metrics || t->world < 2)
         return 0;
-    int r = ddp_barrier(t->g);
+    int32_t synced = 1;
+    int r = ddp_all_reduce(t->g, &synced, 1, DDP_I32, DDP_MIN);
     return r < 0 ? trainer_fail(t, r, "--metrics: waiting for every rank's sync: %s", ddp_last_error(t->g)) : 0;
 }
 

@@ -101,7 +101,7 @@ void metrics_write(trainer *t, const char *kind, uint64_t epoch, double loss, do
 /* The lines so far on disk: before a checkpoint, so that a resume finds every line up to
  * its step (an epoch's lines, once an epoch). */
 void metrics_sync(trainer *t);
-/* The same, then, with a file per rank, a barrier: every rank's lines are on disk before
+/* The same, then, with --metrics, a collective: every rank's lines are on disk before
  * rank 0 writes the checkpoint of their step. */
 int metrics_sync_before_save(trainer *t);
 void metrics_close(trainer *t);

@@ -122,20 +122,26 @@ int job_recover(job *j, uint64_t generation, uint64_t barrier_round, const uint6
 int job_ps_resolve(job *j, char *reason, size_t reason_size) {
     for (size_t b = 0; b < j->ps.n_buckets; b++) {
         uint64_t ahead = 0;
+        int32_t from = -1; /* the lowest rank ahead: it has the average the ranks behind lack */
         for (size_t i = 0; i < j->n_members; i++)
             ahead = j->members[i].ps_steps && j->members[i].ps_steps[b] > ahead ? j->members[i].ps_steps[b] : ahead;
         for (size_t i = 0; i < j->n_members; i++) {
             const job_member *m = &j->members[i];
             uint64_t at = m->ps_steps ? m->ps_steps[b] : ahead;
-            if (at < ahead) {
+            if (at + 1 < ahead) { /* a step apart at most: no average comes before every rank pushed */
                 snprintf(reason, reason_size,
-                         "bucket %zu: rank %d is at step %llu, another at step %llu: the average between went with "
+                         "bucket %zu: rank %d is at step %llu, another at step %llu: the averages between went with "
                          "the ddpd that restarted",
                          b, m->rank, (unsigned long long)at, (unsigned long long)ahead);
                 return -ESTALE;
             }
+            if (at == ahead && m->ps_steps && (from < 0 || m->rank < from))
+                from = m->rank;
         }
         j->ps.buckets[b].step = ahead;
+        for (size_t i = 0; i < j->n_members; i++) /* sent to some ranks, not to these, when ddpd went */
+            if (j->members[i].ps_steps && j->members[i].ps_steps[b] + 1 == ahead)
+                ps_mark_behind(&j->ps, (uint32_t)b, (uint32_t)j->members[i].rank, from);
     }
     return 0;
 }

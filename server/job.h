@@ -58,8 +58,8 @@ typedef struct {
     uint64_t generation; /* set when it forms */
     /* Rejoined after ddpd restarted: running, until every rank is back or the deadline */
     bool recovering;
-    size_t n_left; /* running members that said they leave (job_member.left) */
-    uint64_t recover_deadline_ms;
+    size_t n_left;                /* running members that said they leave (job_member.left) */
+    uint64_t recover_deadline_ms; /* and, once back, for a ps average to be given back */
     uint64_t created_ms;
     uint64_t progress_logged_ms;
     job_member *members; /* join order while forming, rank order once running */
@@ -90,10 +90,11 @@ int job_check_rejoin(const job *j, uint64_t generation, uint32_t world_size, con
 /* Makes a new job (its first member rejoining) the running job it was: generation, barriers
  * done, and in ps mode its buckets at the steps the member is at. */
 int job_recover(job *j, uint64_t generation, uint64_t barrier_round, const uint64_t *ps_steps, size_t n_ps_steps);
-/* Once every rank is back: where each ps bucket is, the step every rank says (the one after
- * the last average it has, in its hands or in the old ddpd's segment). A rank behind the
- * others lost an average with the ddpd that went away (sent to them, not to it): -ESTALE
- * with reason. */
+/* Once every rank is back: where each ps bucket is, the furthest step a rank says (the one
+ * after the last average it has, in its hands or in the old ddpd's segment). A rank a step
+ * behind lost an average with the ddpd that went away (sent to the others, not to it): it is
+ * marked to have it given back by the lowest rank ahead (ps_mark_behind). Further behind
+ * cannot be (no average comes before every rank pushed): -ESTALE with reason. */
 int job_ps_resolve(job *j, char *reason, size_t reason_size);
 /* Every rank is back: members in rank order again, the job no longer recovering. */
 void job_recovered(job *j);

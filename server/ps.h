@@ -20,6 +20,11 @@ typedef struct {
     float **copies;         /* (world) a payload that came unaligned, aligned */
     bool *arrived, *framed; /* (world) pushed; pushed as a payload (pushed[r] is open) */
     uint32_t n_arrived;
+    /* After a restart: the ddpd before sent the average of step - 1 to some ranks and died
+     * before the others had it. lacking: a rank that waits for it; lost: its push of step - 1
+     * comes again, and is dropped; average_from: the rank asked to give it back (-1: none). */
+    bool *lacking, *lost;
+    int32_t average_from;
 } ps_bucket;
 
 typedef struct {
@@ -43,6 +48,18 @@ void ps_set_average(ps_state *ps, float *block);
 int ps_push(ps_state *ps, uint32_t rank, uint64_t step, uint32_t bucket, zmq_msg_t *payload, const float *segment,
             char *err, size_t err_size);
 const float *ps_average(const ps_state *ps, uint32_t bucket);
+
+/* After a restart, rank is a step behind in bucket: it lacks the average of the step before
+ * the bucket's, which from (a rank that had it) is to give back. */
+void ps_mark_behind(ps_state *ps, uint32_t bucket, uint32_t rank, int32_t from);
+/* Whether any bucket waits for an average to be given back. */
+bool ps_awaits_average(const ps_state *ps);
+/* from gives back bucket's average of step (the payload): 1 when it was the one awaited (it
+ * is at ps_average, for the ranks ps_lacking names), or a negative error, err saying why. */
+int ps_give_back(ps_state *ps, uint32_t from, uint64_t step, uint32_t bucket, const zmq_msg_t *payload, char *err,
+                 size_t err_size);
+/* Whether rank lacks bucket's average given back; it is then told, and no longer lacks it. */
+bool ps_lacking(ps_state *ps, uint32_t bucket, uint32_t rank);
 
 /* ps_reduce.c: out = the average of in[0..world-1], count elements, summed in rank order;
  * large buckets split over a few threads (the bits do not change: each element is still

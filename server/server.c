@@ -107,11 +107,21 @@ static void server_send_heartbeats(server *s, const job *j, const job_member *on
         if (j->members[i].left)
             left[body.n_left++] = (uint32_t)j->members[i].rank;
     body.left = left;
+    int32_t *from = NULL; /* a recovered ps job's averages to be given back, until they are */
+    if (j->n_ps_layout && j->state == JOB_RUNNING && !j->recovering && ps_awaits_average(&j->ps) &&
+        (from = malloc(j->ps.n_buckets * sizeof(*from)))) {
+        for (size_t b = 0; b < j->ps.n_buckets; b++)
+            from[b] = j->ps.buckets[b].average_from;
+        body.ps_average_from = from;
+        body.n_ps_average_from = j->ps.n_buckets;
+    }
     Ddp__Envelope env;
     wire_envelope_init(&env, DDP__MSG_TYPE__HEARTBEAT, j->name, -1, j->generation, 0);
     env.heartbeat = &body;
     zmq_msg_t packed;
-    if (wire_pack(&env, &packed) < 0)
+    int packed_r = wire_pack(&env, &packed);
+    free(from);
+    if (packed_r < 0)
         return;
     for (size_t i = 0; i < j->n_members; i++) {
         const job_member *m = &j->members[i];
@@ -396,6 +406,9 @@ static void server_finish_recovery(server *s, job *j) {
         return;
     }
     job_recovered(j);
+    if (j->n_ps_layout && ps_awaits_average(&j->ps)) /* as long again for the averages to be given back */
+        j->recover_deadline_ms =
+            clock_now_ms() + (uint64_t)s->opts.heartbeat_ms * (uint64_t)s->opts.liveness + DDP_RECOVER_GRACE_MS;
     server_send_heartbeats(s, j, NULL, false);
     log_warn("job '%s' (generation %llu) recovered: every rank is back after ddpd restarted", j->name,
              (unsigned long long)j->generation);
@@ -961,6 +974,38 @@ static int server_ps_take(server *s, job *j, const job_member *m, uint64_t step,
     return 0;
 }
 
+/* After a restart: rank m gives back bucket's average of step, which the ddpd before sent
+ * it and not the ranks that lack it; they get it now, as the ddpd before would have sent it.
+ * One that was not asked for aborts the job (the ranks behind would wait for it). */
+static void server_ps_give_back(server *s, job *j, const job_member *m, uint64_t step, uint32_t bucket,
+                                const wire_msg *msg) {
+    char err[DDP_MAX_REASON];
+    int r = ps_give_back(&j->ps, (uint32_t)m->rank, step, bucket, msg->n_payload ? &msg->payload[0] : NULL, err,
+                         sizeof(err));
+    if (r < 0) {
+        char reason[DDP_MAX_REASON];
+        snprintf(reason, sizeof(reason), "grad-push from rank %d refused: %.400s", m->rank, err);
+        server_send_error(s, msg, r, "%s", reason);
+        server_abort_job(s, j, -1, -ECONNABORTED, reason);
+        return;
+    }
+    Ddp__GradAvg body = DDP__GRAD_AVG__INIT;
+    body.step = step;
+    body.bucket = bucket;
+    wire_frame frame = {(void *)ps_average(&j->ps, bucket), j->ps.buckets[bucket].count * sizeof(float)};
+    for (size_t i = 0; i < j->n_members; i++) {
+        if (!ps_lacking(&j->ps, bucket, (uint32_t)j->members[i].rank))
+            continue;
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_AVG, j->name, -1, j->generation, 0);
+        env.grad_avg = &body;
+        server_send_within(s, j->members[i].identity, j->members[i].identity_size, &env, &frame, 1, frame.size);
+        log_warn("job '%s': rank %d gave back bucket %u's average of step %llu, which went with the ddpd before "
+                 "to it and not to rank %d: sent on",
+                 j->name, m->rank, bucket, (unsigned long long)step, j->members[i].rank);
+    }
+}
+
 static void server_on_grad_push(server *s, wire_msg *msg) {
     job *j;
     job_member *m;
@@ -971,6 +1016,10 @@ static void server_on_grad_push(server *s, wire_msg *msg) {
         return;
     }
     const Ddp__GradPush *push = msg->env->grad_push;
+    if (push->average) {
+        server_ps_give_back(s, j, m, push->step, push->bucket, msg);
+        return;
+    }
     if (j->shm.pushed && j->shm.pushed[m->rank]) {
         j->shm.by_message[m->rank] = true;
         j->shm.by_frame[m->rank] |= !push->shared;
@@ -1518,6 +1567,20 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
         job_missing_ranks(j, missing, sizeof(missing));
         snprintf(reason, sizeof(reason), "ranks %s did not come back within %.1f s of ddpd's restart", missing,
                  (double)(s->opts.heartbeat_ms * s->opts.liveness + DDP_RECOVER_GRACE_MS) / 1000.0);
+        server_abort_job(s, j, -1, -ECONNABORTED, reason);
+        return true;
+    }
+    if (j->state == JOB_RUNNING && j->n_ps_layout && now >= j->recover_deadline_ms && ps_awaits_average(&j->ps)) {
+        char reason[DDP_MAX_REASON] = "";
+        for (size_t b = 0; b < j->ps.n_buckets; b++)
+            if (j->ps.buckets[b].average_from >= 0) {
+                snprintf(reason, sizeof(reason),
+                         "bucket %zu: rank %d did not give back its average of step %llu within %.1f s of ddpd's "
+                         "restart, and ranks behind it lack that average",
+                         b, j->ps.buckets[b].average_from, (unsigned long long)(j->ps.buckets[b].step - 1),
+                         (double)(s->opts.heartbeat_ms * s->opts.liveness + DDP_RECOVER_GRACE_MS) / 1000.0);
+                break;
+            }
         server_abort_job(s, j, -1, -ECONNABORTED, reason);
         return true;
     }

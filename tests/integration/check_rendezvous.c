@@ -1526,6 +1526,145 @@ START_TEST(test_ps_shared_push_without_segment) {
 }
 END_TEST
 
+/* A rank of a ps job that rejoins a ddpd that restarted, at step, after a restart with
+ * generation 7; its socket. */
+static void *ps_rejoin(void *ctx, const char *endpoint, const char *job, int rank, uint64_t step) {
+    const uint64_t layout[] = {3};
+    Ddp__Join join = DDP__JOIN__INIT;
+    join.data_plane = DDP_DATA_PLANE_VERSION;
+    join.world_size = 2;
+    join.rank = rank;
+    join.mode = (char *)"ps";
+    join.pid = (uint32_t)getpid();
+    join.host = (char *)"test";
+    join.ps_buckets = (uint64_t *)layout;
+    join.n_ps_buckets = 1;
+    join.ps_steps = &step;
+    join.n_ps_steps = 1;
+    join.generation = 7;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, job, rank, 7, 1);
+    env.join = &join;
+    void *s = raw_connect(ctx, endpoint);
+    ck_assert_int_eq(wire_send(s, NULL, 0, &env, NULL, 0), 0);
+    return s;
+}
+
+/* The next heartbeat on s that asks for an average back: whom it asks, for bucket 0. */
+static int32_t asked_to_give_back(void *s) {
+    uint64_t deadline = clock_now_ms() + WAIT_MS;
+    while (clock_now_ms() < deadline) {
+        zmq_pollitem_t item = {.socket = s, .events = ZMQ_POLLIN};
+        if (zmq_poll(&item, 1, 100) <= 0)
+            continue;
+        wire_msg msg;
+        ck_assert_int_eq(wire_recv(s, false, 0, &msg), 0);
+        bool asks = msg.env->type == DDP__MSG_TYPE__HEARTBEAT && msg.env->heartbeat->n_ps_average_from == 1;
+        int32_t from = asks ? msg.env->heartbeat->ps_average_from[0] : -1;
+        wire_msg_close(&msg);
+        if (asks)
+            return from;
+    }
+    ck_abort_msg("no heartbeat asked for an average back");
+    return -1;
+}
+
+static int ps_give_back(void *s, const char *job, int rank, uint64_t step, const float *data) {
+    Ddp__GradPush body = DDP__GRAD_PUSH__INIT;
+    body.step = step;
+    body.average = true;
+    Ddp__Envelope env;
+    wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_PUSH, job, rank, 7, 0);
+    env.grad_push = &body;
+    wire_frame f = {data, 3 * sizeof(float)};
+    return wire_send(s, NULL, 0, &env, &f, 1);
+}
+
+/* ddpd restarted having sent bucket 0's average of step 5 to rank 0 and not to rank 1: the
+ * new ddpd asks rank 0 for it back and sends it on to rank 1 alone, drops rank 1's push of
+ * step 5 (its second), and the job goes on at step 6. An average given back unasked ends
+ * the job, saying so. */
+START_TEST(test_ps_average_given_back) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    const float average[3] = {2, 3, 4.25f}, x0[3] = {1, 2, 3}, x1[3] = {3, 4, 5.5f};
+    void *r0 = ps_rejoin(ctx, d.endpoint, "lost", 0, 6), *r1 = ps_rejoin(ctx, d.endpoint, "lost", 1, 5);
+    ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
+    ck_assert_int_eq(asked_to_give_back(r1), 0); /* every rank hears whom ddpd asks */
+    ck_assert_int_eq(asked_to_give_back(r0), 0);
+    ck_assert_int_eq(ps_push(r1, "lost", 7, 5, 0, x1, 3, 10), 0); /* sent again: its average went */
+    ck_assert_int_eq(ps_give_back(r0, "lost", 0, 5, average), 0);
+    expect_average_frame(r1);
+    ck_assert_msg(proc_expect(&d.p, "rank 0 gave back bucket 0's average of step 5", WAIT_MS, NULL, 0), "%s",
+                  proc_output_tail(&d.p));
+    ck_assert_int_eq(ps_push(r0, "lost", 7, 6, 0, x0, 3, 11), 0);
+    ck_assert_int_eq(ps_push(r1, "lost", 7, 6, 0, x1, 3, 11), 0);
+    expect_average_frame(r0); /* step 6's: rank 0 was not sent step 5's again */
+    expect_average_frame(r1);
+    zmq_close(r0);
+    zmq_close(r1);
+
+    r0 = ps_rejoin(ctx, d.endpoint, "unasked", 0, 6);
+    r1 = ps_rejoin(ctx, d.endpoint, "unasked", 1, 5);
+    ck_assert_int_eq(asked_to_give_back(r1), 0);
+    ck_assert_int_eq(ps_give_back(r1, "unasked", 1, 5, average), 0);
+    wire_msg msg;
+    ck_assert_int_eq(raw_next(r1, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ERROR);
+    ck_assert_msg(
+        strstr(msg.env->error->message, "rank 1 gave back an average of step 5, which ddpd did not ask of it"), "%s",
+        msg.env->error->message);
+    wire_msg_close(&msg);
+    ck_assert_int_eq(raw_next(r0, WAIT_MS, &msg), 0);
+    ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ABORT);
+    wire_msg_close(&msg);
+    zmq_close(r0);
+    zmq_close(r1);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
+/* The rank asked to give an average back never does (a libddp that keeps none): once as
+ * long as the ranks had to come back has passed, the job ends, naming the bucket and the
+ * rank, though both members still answer. */
+START_TEST(test_ps_average_never_given_back) {
+    ddpd_proc d;
+    ddpd_start(&d, NULL);
+    void *ctx = zmq_ctx_new();
+    void *r[2] = {ps_rejoin(ctx, d.endpoint, "kept-none", 0, 6), ps_rejoin(ctx, d.endpoint, "kept-none", 1, 5)};
+    ck_assert_int_eq(asked_to_give_back(r[1]), 0);
+    Ddp__Heartbeat hb = DDP__HEARTBEAT__INIT;
+    hb.interval_ms = 1000;
+    hb.liveness = 3;
+    Ddp__Envelope env;
+    bool aborted = false;
+    uint64_t deadline = clock_now_ms() + 30000;
+    while (!aborted && clock_now_ms() < deadline) {
+        for (int k = 0; k < 2; k++) {
+            wire_envelope_init(&env, DDP__MSG_TYPE__HEARTBEAT, "kept-none", k, 7, 0);
+            env.heartbeat = &hb;
+            ck_assert_int_eq(wire_send(r[k], NULL, 0, &env, NULL, 0), 0);
+        }
+        wire_msg msg;
+        if (raw_next(r[1], 500, &msg) < 0)
+            continue;
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ABORT);
+        ck_assert_msg(strstr(msg.env->abort->reason, "bucket 0: rank 0 did not give back its average of step 5 within "
+                                                     "11.5 s of ddpd's restart"),
+                      "%s", msg.env->abort->reason);
+        wire_msg_close(&msg);
+        aborted = true;
+    }
+    ck_assert_msg(aborted, "the job was not ended");
+    for (int k = 0; k < 2; k++)
+        zmq_close(r[k]);
+    zmq_ctx_term(ctx);
+    ck_assert_int_eq(ddpd_stop(&d), 0);
+}
+END_TEST
+
 START_TEST(test_ddpd_flags) {
     struct {
         const char *args[4];
@@ -1930,6 +2069,8 @@ int main(int argc, char **argv) {
     tcase_add_test(ps, test_parameter_server);
     tcase_add_test(ps, test_ps_doorbell);
     tcase_add_test(ps, test_ps_shared_push_without_segment);
+    tcase_add_test(ps, test_ps_average_given_back);
+    tcase_add_test(ps, test_ps_average_never_given_back);
     tcase_add_test(ps, test_ps_segment_then_frames);
     tcase_add_test(ps, test_ps_silent_connection);
     return check_main(s, argc, argv);

@@ -372,10 +372,29 @@ START_TEST(test_coordinator_restart_and_loss) {
 }
 END_TEST
 
+/* ddpd with the shim that kills it at the count-th frame of a bucket's bytes (1210 f32). */
+static void ddpd_start_dying(ddpd_proc *d, const char *const *flags, const char *count) {
+    const char *asan = getenv("ASAN_OPTIONS");
+    char asan_env[512], count_env[64]; /* the preloaded library comes before the sanitizer's runtime */
+    snprintf(asan_env, sizeof(asan_env), "ASAN_OPTIONS=%s%sverify_asan_link_order=0", asan ? asan : "",
+             asan && asan[0] ? ":" : "");
+    snprintf(count_env, sizeof(count_env), "DDP_TEST_KILL_AT_SEND_COUNT=%s", count);
+    const char *env[] = {"LD_PRELOAD=" KILL_AT_SEND_PATH, "DDP_TEST_KILL_AT_SEND_BYTES=4840", count_env, asan_env,
+                         NULL};
+    const char *argv[16] = {DDPD_PATH};
+    size_t n = 1;
+    for (size_t i = 0; flags[i] && n < 15; i++)
+        argv[n++] = flags[i];
+    proc_start(&d->p, argv, env);
+    ck_assert_msg(proc_expect(&d->p, "listening on ", 10000, NULL, 0), "%s", proc_output_tail(&d->p));
+}
+
 /* A ps job, whose sums ddpd holds, through a ddpd crash (SIGKILL) and a restart: the ranks
  * rejoin with the step each bucket is at and push again what had no average yet, in
  * shared memory and over ZeroMQ, and end with the checkpoint of a run without the crash,
- * byte for byte. */
+ * byte for byte. In the last two rounds ddpd dies having sent an average to one rank and not
+ * the other (over ZeroMQ to both; in its segment to one, as a frame to the other): the rank
+ * that had it gives it back to the next ddpd, which sends it on. */
 START_TEST(test_ps_through_ddpd_restart) {
     char reference[128], ckpt[128], listen[128], state[128];
     path_in_dir(reference, sizeof(reference), "ps-reference.ckpt");
@@ -390,27 +409,60 @@ START_TEST(test_ps_through_ddpd_restart) {
     size_t expected_size, size;
     char *expected = read_bytes(reference, &expected_size);
     const char *flags[] = {"--listen", listen, "--state-dir", state, NULL};
-    for (int round = 0; round < 4; round++) {
+    for (int round = 0; round < 6; round++) {
         const char *transport = round % 2 ? "DDP_TRANSPORT=zmq" : "DDP_TRANSPORT=auto";
-        int sig = round < 2 ? SIGKILL : SIGTERM;
+        bool between = round == 4; /* over ZeroMQ: every average is a frame, sent rank by rank */
+        bool mixed = round == 5;   /* rank 0 reads the averages in ddpd's segment, rank 1 gets frames */
+        int sig = round < 2 || between || mixed ? SIGKILL : SIGTERM;
+        if (between)
+            transport = "DDP_TRANSPORT=zmq";
         ddpd_proc d;
-        ddpd_start(&d, flags);
+        if (between || mixed)
+            ddpd_start_dying(&d, flags, between ? "80" : "40"); /* rank 1's average of step 39 */
+        else
+            ddpd_start(&d, flags);
         const char *argv[] = {
             DDP_RUN_PATH, "-n",      "2",       "--coordinator", listen,         "--",          DDP_WORKER_PATH,
             "--data",     dir,       "--model", MODEL,           "--batch-size", "32",          "--mode",
             "ps",         "--steps", "2000",    "--checkpoint",  ckpt,           "--overwrite", NULL};
         const char *env[] = {transport, "DDP_TIMEOUT_MS=20000", NULL};
-        proc_start(&p, argv, env);
-        ck_assert_msg(proc_expect(&p, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(&p));
-        proc_signal(&d.p, sig);
-        proc_wait(&d.p, WAIT_MS);
+        proc w[2];
+        if (mixed) {
+            char coordinator[160];
+            snprintf(coordinator, sizeof(coordinator), "DDP_COORDINATOR=%s", listen);
+            for (int r = 0; r < 2; r++) {
+                const char *rank_env[] = {coordinator,
+                                          "WORLD_SIZE=2",
+                                          r ? "RANK=1" : "RANK=0",
+                                          "DDP_TIMEOUT_MS=20000",
+                                          r ? "DDP_TRANSPORT=zmq" : "DDP_TRANSPORT=auto",
+                                          NULL};
+                proc_start(&w[r], argv + 6, rank_env);
+            }
+        } else
+            proc_start(&p, argv, env);
+        proc *first = mixed ? &w[0] : &p; /* rank 0's output */
+        ck_assert_msg(proc_expect(first, "epoch 2:", WAIT_MS, NULL, 0), "%s", proc_output_tail(first));
+        if (!between && !mixed)
+            proc_signal(&d.p, sig);
+        ck_assert_int_eq(proc_wait(&d.p, WAIT_MS), sig == SIGKILL ? 128 + SIGKILL : 0);
         proc_close(&d.p);
         ddpd_start(&d, flags);
-        ck_assert_msg(proc_wait(&p, WAIT_MS) == 0, "%s: %s", transport, proc_output_tail(&p));
-        assert_output(&p, "rejoined ddpd at");
+        for (int r = 0; r < (mixed ? 2 : 1); r++) {
+            proc *q = mixed ? &w[r] : &p;
+            ck_assert_msg(proc_wait(q, WAIT_MS) == 0, "%s: %s", transport, proc_output_tail(q));
+            assert_output(q, "rejoined ddpd at");
+        }
         ck_assert_msg(proc_expect(&d.p, "recovered: every rank is back", WAIT_MS, NULL, 0), "%s",
                       proc_output_tail(&d.p));
-        proc_close(&p);
+        if (between || mixed) { /* rank 0 had it: as a frame, or in the segment */
+            assert_output(first, "gave bucket 0's average of step 39 back to ddpd");
+            ck_assert_msg(proc_expect(&d.p, "rank 0 gave back bucket 0's average of step 39", WAIT_MS, NULL, 0), "%s",
+                          proc_output_tail(&d.p));
+        }
+        if (mixed)
+            proc_close(&w[1]);
+        proc_close(first);
         ck_assert_int_eq(ddpd_stop(&d), 0);
         char *got = read_bytes(ckpt, &size);
         ck_assert_msg(size == expected_size && memcmp(got, expected, size) == 0,
@@ -1080,7 +1132,8 @@ int main(int argc, char **argv) {
     tcase_add_test(metrics, test_metrics_line_cut_short);
     TCase *coordinator = add_case(s, tcase_create("coordinator"));
     tcase_add_test(coordinator, test_coordinator_restart_and_loss);
-    tcase_add_test(coordinator, test_ps_through_ddpd_restart);
+    TCase *ps_restart = add_case(s, tcase_create("ps-restart"));
+    tcase_add_test(ps_restart, test_ps_through_ddpd_restart);
     TCase *root = add_case(s, tcase_create("as-root"));
     tcase_add_test(root, test_device_nodes);
     tcase_add_test(root, test_checkpoint_disk_full);

@@ -33,6 +33,13 @@ struct agent_pushes {
     bool frames;          /* since a rejoin: the new ddpd holds no segment, every push is a frame */
     char *average;        /* ddpd's average segment, or NULL; its counters are final once that ddpd is gone */
     size_t float_bytes;
+    /* The last average of each bucket that came as a message, kept (the agent thread's) until
+     * the next: sent to this rank, it may not have reached another when ddpd went away, and a
+     * ddpd that restarts asks for it back (Heartbeat.ps_average_from). */
+    zmq_msg_t *last_average;
+    uint64_t *last_step;
+    bool *has_last;
+    uint64_t *given_back; /* the step after the last average given back, not to give it twice */
 };
 
 /* How many averages of bucket the ddpd that shared its segment wrote there. */
@@ -144,6 +151,9 @@ static void agent_pushes_free(struct agent_pushes *p) {
         return;
     for (size_t b = 0; p->saved && p->framed && b < p->n; b++)
         agent_push_forget(p, b);
+    for (size_t b = 0; p->has_last && b < p->n; b++)
+        if (p->has_last[b])
+            zmq_msg_close(&p->last_average[b]);
     pthread_mutex_destroy(&p->lock);
     free(p->offset);
     free(p->size);
@@ -154,6 +164,10 @@ static void agent_pushes_free(struct agent_pushes *p) {
     free(p->saved);
     free(p->framed);
     free(p->held);
+    free(p->last_average);
+    free(p->last_step);
+    free(p->has_last);
+    free(p->given_back);
     free(p);
 }
 
@@ -401,6 +415,78 @@ static void agent_send_rejoin(agent *a) {
         zmq_msg_close(&frame); /* the next try will do */
 }
 
+/* An average came as a message: its push is answered, a rejoin says the rank has it, and
+ * its payload (NULL: it is in the segment) is kept, for a ddpd that restarts to ask back. */
+static void agent_on_average(agent *a, uint32_t bucket, uint64_t step, zmq_msg_t *payload) {
+    struct agent_pushes *p = a->pushes;
+    if (!p || bucket >= p->n)
+        return;
+    agent_push_answered(a, bucket, step);
+    if (p->heard[bucket] <= step)
+        p->heard[bucket] = step + 1;
+    if (!payload)
+        return;
+    if (p->has_last[bucket])
+        zmq_msg_close(&p->last_average[bucket]);
+    zmq_msg_init(&p->last_average[bucket]);
+    p->has_last[bucket] = zmq_msg_copy(&p->last_average[bucket], payload) == 0; /* shared, not copied */
+    p->last_step[bucket] = step;
+}
+
+/* ddpd restarted, and ranks behind this one lack the last average of a bucket that the ddpd
+ * before sent this rank: it gives it back, once, from the message it kept or from the
+ * segment of the ddpd before (its counters and data final), whichever is later. */
+static void agent_give_back(agent *a, const Ddp__Heartbeat *hb) {
+    struct agent_pushes *p = a->pushes;
+    if (!p || hb->n_ps_average_from != p->n)
+        return;
+    pthread_mutex_lock(&a->progress_lock);
+    int32_t rank = a->rejoin_rank;
+    uint64_t generation = a->rejoin_generation;
+    pthread_mutex_unlock(&a->progress_lock);
+    for (size_t b = 0; b < p->n; b++) {
+        if (hb->ps_average_from[b] != rank)
+            continue;
+        uint64_t in_segment = p->average ? agent_averaged(p, b) : 0; /* the step after its last average */
+        bool kept = p->has_last[b] && p->last_step[b] + 1 >= in_segment;
+        if (!kept && !in_segment)
+            continue; /* none to give: the ranks behind say so at their pull's timeout */
+        uint64_t step = kept ? p->last_step[b] : in_segment - 1;
+        if (p->given_back[b] > step)
+            continue;
+        zmq_msg_t payload;
+        zmq_msg_init(&payload);
+        if (kept)
+            zmq_msg_copy(&payload, &p->last_average[b]);
+        else if (zmq_msg_init_size(&payload, p->size[b]) == 0)
+            memcpy(zmq_msg_data(&payload), p->average + p->offset[b], p->size[b]);
+        else
+            continue;
+        Ddp__GradPush body = DDP__GRAD_PUSH__INIT;
+        body.step = step;
+        body.bucket = (uint32_t)b;
+        body.average = true;
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__GRAD_PUSH, a->job, rank, generation, 0);
+        env.grad_push = &body;
+        zmq_msg_t frame;
+        if (wire_pack(&env, &frame) < 0) {
+            zmq_msg_close(&payload);
+            continue;
+        }
+        if (zmq_msg_send(&frame, a->control, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&frame);
+            zmq_msg_close(&payload);
+            continue; /* asked again with the next heartbeat */
+        }
+        if (zmq_msg_send(&payload, a->control, ZMQ_DONTWAIT) < 0)
+            zmq_msg_close(&payload);
+        p->given_back[b] = step + 1;
+        fprintf(stderr, "ddp: gave bucket %zu's average of step %llu back to ddpd (a rank lacked it)\n", b,
+                (unsigned long long)step);
+    }
+}
+
 /* A heartbeat from ddpd: its settings, who left, and (while rejoining) that it has taken
  * this member back. */
 static void agent_on_heartbeat(agent *a, agent_view *v, const Ddp__Envelope *env, uint64_t now) {
@@ -423,6 +509,8 @@ static void agent_on_heartbeat(agent *a, agent_view *v, const Ddp__Envelope *env
         }
         return;
     }
+    if (hb->n_ps_average_from)
+        agent_give_back(a, hb);
     pthread_mutex_lock(&a->progress_lock);
     bool back = v->rejoin_since && env->generation == a->rejoin_generation;
     pthread_mutex_unlock(&a->progress_lock);
@@ -460,16 +548,6 @@ static bool agent_unknown(agent *a, agent_view *v, uint64_t now) {
     return agent_begin_rejoin(a, v, now, why);
 }
 
-/* An average came as a message: its push is answered, and a rejoin says the rank has it. */
-static void agent_on_average(agent *a, uint32_t bucket, uint64_t step) {
-    struct agent_pushes *p = a->pushes;
-    if (!p || bucket >= p->n)
-        return;
-    agent_push_answered(a, bucket, step);
-    if (p->heard[bucket] <= step)
-        p->heard[bucket] = step + 1;
-}
-
 /* Reads what ddpd sent: heartbeats are the agent's, the rest goes to the caller. */
 static void agent_read_control(agent *a, agent_view *v) {
     for (;;) {
@@ -494,7 +572,8 @@ static void agent_read_control(agent *a, agent_view *v) {
             continue;
         }
         if (env->type == DDP__MSG_TYPE__GRAD_AVG)
-            agent_on_average(a, env->grad_avg->bucket, env->grad_avg->step);
+            agent_on_average(a, env->grad_avg->bucket, env->grad_avg->step,
+                             env->grad_avg->shared || !ev->msg.n_payload ? NULL : &ev->msg.payload[0]);
         if (a->has_pending && env->seq == a->pending_seq && env->type != DDP__MSG_TYPE__HEARTBEAT) {
             zmq_msg_close(&a->pending); /* answered */
             a->has_pending = false;
@@ -850,7 +929,9 @@ int agent_set_ps(agent *a, size_t n_buckets, char *segment, char *average, const
         !(p->env = calloc(n_buckets, sizeof(zmq_msg_t))) || !(p->payload = calloc(n_buckets, sizeof(zmq_msg_t))) ||
         !(p->step = calloc(n_buckets, sizeof(uint64_t))) || !(p->heard = calloc(n_buckets, sizeof(uint64_t))) ||
         !(p->saved = calloc(n_buckets, sizeof(bool))) || !(p->framed = calloc(n_buckets, sizeof(bool))) ||
-        !(p->held = calloc(n_buckets, sizeof(bool)))) {
+        !(p->held = calloc(n_buckets, sizeof(bool))) || !(p->last_average = calloc(n_buckets, sizeof(zmq_msg_t))) ||
+        !(p->last_step = calloc(n_buckets, sizeof(uint64_t))) || !(p->has_last = calloc(n_buckets, sizeof(bool))) ||
+        !(p->given_back = calloc(n_buckets, sizeof(uint64_t)))) {
         agent_pushes_free(p);
         return -ENOMEM;
     }
@@ -881,6 +962,7 @@ int agent_set_rejoin(agent *a, const Ddp__Envelope *rejoin) {
     a->rejoin = copy;
     a->rejoin_size = zmq_msg_size(&frame);
     a->rejoin_generation = rejoin->generation;
+    a->rejoin_rank = rejoin->rank;
     pthread_mutex_unlock(&a->progress_lock);
     zmq_msg_close(&frame);
     return 0;

@@ -26,9 +26,9 @@ typedef struct {
 
 typedef struct {
     void *zmq_ctx;
-    void *pipe;           /* the caller's end (PAIR) */
-    void *agent_pipe;     /* the agent's end */
-    void *control;        /* DEALER to ddpd, the agent's */
+    void *pipe;                 /* the caller's end (PAIR) */
+    void *agent_pipe;           /* the agent's end */
+    void *control;              /* DEALER to ddpd, the agent's */
     handshake_watch handshakes; /* the control socket's failed ones (a CURVE key ddpd refused) */
     char coordinator[DDP_MAX_ENDPOINT + 1];
     bool coordinator_here; /* on this host: its pid tells whether it is there */
@@ -37,10 +37,11 @@ typedef struct {
     int watchdog_ms;         /* after the job's end, how long the caller may stay away from libddp; 0: no limit */
     int coordinator_wait_ms; /* how long to rejoin a ddpd that went away (a restart); 0: the job ends at once */
     /* What this member brings back to a ddpd that restarted (a packed rejoin, rejoin.c), and
-     * its generation; set by the caller once the job runs, under progress_lock */
+     * its generation and rank; set by the caller once the job runs, under progress_lock */
     uint8_t *rejoin;
     size_t rejoin_size;
     uint64_t rejoin_generation;
+    int32_t rejoin_rank;
     /* The caller's request that awaits ddpd's answer (the agent thread's): sent again to a
      * ddpd that restarted before it answered */
     zmq_msg_t pending;

@@ -1,12 +1,14 @@
 #define _GNU_SOURCE /* mkostemp, O_TMPFILE */
 #include "common/atomic_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -111,6 +113,31 @@ int atomic_file_check(const char *path, const char *flag, char *err, size_t err_
     return prepare(path, flag, target, err, err_size);
 }
 
+/* The temporary files of base (named .BASE.XXXXXX, as atomic_file_open makes them) that a
+ * writer killed before its commit left in dir, on a filesystem without O_TMPFILE (NFS): a
+ * checkpoint's size each. A writer holds an exclusive lock on its own file until it is
+ * renamed, so one that can be locked has none: it goes. Where the filesystem has no locks,
+ * nothing goes. */
+static void remove_leftovers(const char *dir, const char *base) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t n = strlen(base);
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *name = e->d_name;
+        if (name[0] != '.' || strncmp(name + 1, base, n) != 0 || name[n + 1] != '.' || strlen(name + n + 2) != 6)
+            continue;
+        /* shared, so that a file opened only for reading (as this one) can be locked on NFS */
+        int fd = openat(dirfd(d), name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_SH | LOCK_NB) == 0)
+            unlinkat(dirfd(d), name, 0);
+        if (fd >= 0)
+            close(fd);
+    }
+    closedir(d);
+}
+
 int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *flag, char *err, size_t err_size) {
     f->fd = -1;
     f->unnamed = 0;
@@ -137,7 +164,10 @@ int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *
         atomic_file_abort(f);
         return r;
     }
-    f->fd = mkostemp(f->tmp, O_CLOEXEC); /* a filesystem without O_TMPFILE */
+    remove_leftovers(in, basename(base)); /* a filesystem without O_TMPFILE: a killed writer's are named */
+    f->fd = mkostemp(f->tmp, O_CLOEXEC);
+    if (f->fd >= 0)
+        (void)flock(f->fd, LOCK_EX | LOCK_NB); /* held till the rename: not a leftover (where there are locks) */
     if (f->fd < 0 || fchmod(f->fd, mode) < 0) {
         r = -errno;
         snprintf(err, err_size, "%s %s: cannot create a file beside it: %s", flag, path, strerror(-r));
@@ -174,7 +204,8 @@ int atomic_file_commit(atomic_file *f, const char *flag, char *err, size_t err_s
         r = -errno;
     if (r == 0 && f->unnamed && (r = name_unnamed(f)) == 0)
         f->unnamed = 0;
-    if (close(f->fd) < 0 && r == 0)
+    if (close(f->fd) < 0 && r == 0) /* its lock goes: a concurrent writer of the same target could take it
+                                       for a leftover until the rename, but not while it was written */
         r = -errno;
     f->fd = -1;
     if (r == 0 && rename(f->tmp, f->target) < 0)

@@ -966,7 +966,8 @@ START_TEST(test_device_nodes) {
 END_TEST
 
 /* --checkpoint-keep 2 over three epochs of 8 steps: the checkpoint, and links to the last
- * two (steps 16 and 24); the first one's link is gone. */
+ * two (steps 16 and 24); the first one's link is gone, and so is the link a killed run left
+ * before its rename (PATH.40.new). */
 START_TEST(test_checkpoint_keep) {
     char ckpt[128], link[160];
     path_in_dir(ckpt, sizeof(ckpt), "ckpt");
@@ -976,8 +977,17 @@ START_TEST(test_checkpoint_keep) {
     FILE *f = fopen(copy, "w");
     ck_assert_ptr_nonnull(f);
     fclose(f);
+    char left[160], users[160]; /* a killed run's link, not renamed yet; a user's file of a like name */
+    snprintf(left, sizeof(left), "%s.40.new", ckpt);
+    snprintf(users, sizeof(users), "%s.040.new", ckpt);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_ptr_nonnull(f = fopen(i ? users : left, "w"));
+        fclose(f);
+    }
     proc p;
     ck_assert_msg(train(&p, 1, args) == 0, "%s", proc_output_tail(&p));
+    ck_assert_msg(access(left, F_OK) < 0, "%s should be gone", left);
+    ck_assert_int_eq(unlink(users), 0);
     proc_close(&p);
     ck_assert_uint_eq(read_info(ckpt).step, 24);
     static const int kept[] = {16, 24};

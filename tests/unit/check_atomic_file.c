@@ -1,13 +1,19 @@
 /* Replacing a file whole (common/atomic_file.h): the commit puts the new contents in place
  * and nothing else in the directory; an abort, or a process killed before its commit,
- * leaves the old contents and no stray file (unnamed until the commit, O_TMPFILE). */
+ * leaves the old contents and no stray file (unnamed until the commit, O_TMPFILE); where
+ * the filesystem has no O_TMPFILE (NFS), the next save removes what a killed one left, and
+ * never a live writer's. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -32,6 +38,24 @@ int fsync(int fd) {
     return (int)syscall(SYS_fsync, fd);
 }
 
+/* And its open, so that a test can take O_TMPFILE away, as NFS does. */
+static int no_tmpfile;
+
+int open(const char *file, int flags, ...) {
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, mode_t);
+        va_end(ap);
+    }
+    if (no_tmpfile && (flags & O_TMPFILE) == O_TMPFILE) {
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    return (int)syscall(SYS_openat, AT_FDCWD, file, flags, mode);
+}
+
 static void setup(void) {
     snprintf(dir, sizeof(dir), "/tmp/check_atomic_file_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -43,8 +67,33 @@ static void setup(void) {
 
 static void teardown(void) {
     fsync_mode = FSYNC_WORKS;
-    unlink(path);
+    no_tmpfile = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+    if (d)
+        closedir(d);
     rmdir(dir);
+}
+
+/* An empty file named name in dir, its descriptor (open) or -1 (closed). */
+static int make_beside(const char *name, bool keep_open) {
+    char p[160];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, p, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    if (keep_open)
+        return fd;
+    close(fd);
+    return -1;
+}
+
+static bool exists_beside(const char *name) {
+    char p[160];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    return lstat(p, &st) == 0;
 }
 
 /* Entries of dir besides . and .. */
@@ -147,6 +196,51 @@ START_TEST(test_killed_before_commit) {
 }
 END_TEST
 
+/* A killed save's file, on a filesystem without O_TMPFILE: there, and gone with the next
+ * save; a live writer's (locked), and names that are not the target's temporary files,
+ * stay. */
+START_TEST(test_leftovers_removed) {
+    no_tmpfile = 1;
+    int pipe_fds[2];
+    ck_assert_int_eq(pipe(pipe_fds), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        atomic_file f;
+        char err[256];
+        int named = atomic_file_open(&f, path, 0600, "--test", err, sizeof(err)) == 0 && !f.unnamed;
+        if (write(pipe_fds[1], &named, sizeof(named)) != (ssize_t)sizeof(named))
+            _exit(2);
+        _exit(0); /* as SIGKILL would: no commit, no abort */
+    }
+    int named = 0, status = 0;
+    ck_assert_int_eq(read(pipe_fds[0], &named, sizeof(named)), (ssize_t)sizeof(named));
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    ck_assert_msg(named && entries() == 2, "no named temporary file left by the killed save");
+    int held = make_beside(".file.live00", true);
+    ck_assert_int_eq(flock(held, LOCK_EX), 0); /* a writer at work */
+    make_beside(".file.toolong", false);
+    make_beside(".other.abc123", false);
+    char link[160];
+    snprintf(link, sizeof(link), "%s/.file.link00", dir);
+    ck_assert_int_eq(symlink(path, link), 0);
+    atomic_file live;
+    open_and_write(&live, "unsaved"); /* another writer, at work */
+    atomic_file f;
+    char err[256] = "";
+    open_and_write(&f, "new");
+    ck_assert_msg(atomic_file_commit(&f, "--test", err, sizeof(err)) == 0, "%s", err);
+    expect_contents("new");
+    ck_assert(exists_beside(".file.live00") && exists_beside(".file.toolong") && exists_beside(".other.abc123") &&
+              exists_beside(".file.link00") && exists_beside(live.tmp + strlen(dir) + 1));
+    ck_assert_int_eq(entries(), 6); /* the killed save's is gone */
+    atomic_file_abort(&live);
+    close(held);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("atomic_file");
     TCase *tc = tcase_create("atomic_file");
@@ -156,6 +250,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_file_sync_fails);
     tcase_add_test(tc, test_abort);
     tcase_add_test(tc, test_killed_before_commit);
+    tcase_add_test(tc, test_leftovers_removed);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

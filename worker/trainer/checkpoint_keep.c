@@ -27,6 +27,17 @@ static int64_t step_of(const char *name, const char *base) {
     return *end || errno || name[n + 1] < '0' || name[n + 1] > '9' ? -1 : (int64_t)step;
 }
 
+/* Whether name is base.STEP.new: a link not renamed into place yet (one writer per
+ * checkpoint: it is not a live one's; a user's copy is not named so). */
+static bool is_leftover(const char *name, const char *base) {
+    size_t n = strlen(name);
+    if (n < 4 || strcmp(name + n - 4, ".new") != 0 || n - 4 >= PATH_MAX)
+        return false;
+    char stem[PATH_MAX];
+    snprintf(stem, sizeof(stem), "%.*s", (int)(n - 4), name);
+    return step_of(stem, base) >= 0;
+}
+
 static bool made_here(const checkpoint_links *own, uint64_t step) {
     for (size_t i = 0; i < own->n_made; i++)
         if (own->made[i] == step)
@@ -71,9 +82,9 @@ int checkpoint_keep(const char *path, uint64_t step, int keep, checkpoint_links 
     }
     /* linked under a name of its own, then renamed over a link of the same step (a save at
      * that step again, after a resume): a link that fails leaves the older one in place */
-    char fresh[PATH_MAX + 32];
-    snprintf(fresh, sizeof(fresh), "%s.new-%ld", link_path, (long)getpid());
-    unlink(fresh); /* a crashed run's, of this pid */
+    char fresh[PATH_MAX + 8];
+    snprintf(fresh, sizeof(fresh), "%s.new", link_path);
+    unlink(fresh); /* a killed run's (below: all of them go) */
     if (linkat(AT_FDCWD, path, AT_FDCWD, fresh, AT_SYMLINK_FOLLOW) < 0 || rename(fresh, link_path) < 0) {
         int r = -errno;
         unlink(fresh);
@@ -102,6 +113,10 @@ int checkpoint_keep(const char *path, uint64_t step, int keep, checkpoint_links 
     size_t n = 0, room = 0;
     bool fits = true;
     for (struct dirent *e; fits && (e = readdir(d));) {
+        if (is_leftover(e->d_name, base)) { /* a run killed between a link and its rename left it */
+            unlinkat(dirfd(d), e->d_name, 0);
+            continue;
+        }
         int64_t s = step_of(e->d_name, base);
         if (s < 0 || (uint64_t)s > step || !own_link(own, (uint64_t)s))
             continue;

@@ -58,6 +58,7 @@ typedef struct {
     bool ending_leftovers;  /* the job is over; what ranks left behind is being ended */
     bool leftovers_now;     /* ... and a stop signal came: SIGKILL without the grace period */
     bool killed;            /* ... and then SIGKILLed */
+    bool grace_ran_out;     /* ... because the grace period ended (not a second signal) */
     unsigned sent_signals;  /* a bit for each signal sent to the ranks: their deaths by it are ours */
     uint64_t kill_at_ms;    /* when stopping turns into SIGKILL */
     uint64_t give_up_at_ms; /* after SIGKILL: a child stuck in the kernel is left behind */
@@ -322,12 +323,19 @@ static void launcher_rank_exited(launcher *l, child *c, int status, bool job_ran
             launcher_set_cause(l, c->code);
         }
         launcher_stop_ranks(l, SIGTERM);
-    } else if (c->code != 0 && !ours && l->told_to_stop && l->exit_code == 128 + l->told_to_stop &&
-               c->code != 128 + l->stop_signal && c->code != 128 + l->told_to_stop) {
+    } else if (c->code != 0 && l->told_to_stop && l->exit_code == 128 + l->told_to_stop &&
+               ((!ours && c->code != 128 + l->stop_signal && c->code != 128 + l->told_to_stop) ||
+                (l->grace_ran_out && c->code == 128 + SIGKILL))) {
         /* asked to stop (the stop being what ends the job: not a failure before it), it
-         * failed instead (ddp-worker: its last checkpoint not written): news, and its code
-         * is ddp-run's rather than the signal's */
-        log_error("%s (pid %d) %s while stopping", c->label, (int)c->pid, how);
+         * failed instead (ddp-worker: its last checkpoint not written), or did not stop
+         * within the grace period (what it had not saved is lost): news, and its code is
+         * ddp-run's rather than the signal's */
+        if (ours)
+            log_error("%s (pid %d) did not stop within %d ms of %s and was killed: what it had not saved is lost "
+                      "(--grace-ms)",
+                      c->label, (int)c->pid, l->opts->grace_ms, signal_name(l->stop_signal));
+        else
+            log_error("%s (pid %d) %s while stopping", c->label, (int)c->pid, how);
         if (!l->stop_failed) {
             l->stop_failed = true;
             l->cause_set = false;
@@ -478,6 +486,7 @@ static void launcher_pump(launcher *l, uint64_t deadline_ms) {
     if (l->stopping && !l->killed && now >= l->kill_at_ms && l->n_running > 0) {
         log_warn("%d rank%s still running %d ms after %s; sending SIGKILL", l->n_running, l->n_running == 1 ? "" : "s",
                  l->opts->grace_ms, signal_name(l->stop_signal));
+        l->grace_ran_out = true;
         launcher_kill_ranks(l);
     }
     if (l->killed && now >= l->give_up_at_ms)

@@ -10,6 +10,19 @@ static void ended_job_clear(ended_job *ej) {
     *ej = (ended_job){0};
 }
 
+/* Members in identity order (length, then bytes), for a binary search: a message from a
+ * stranger looks through every kept end, 32 of up to 1024 members each. */
+static int identity_cmp(const uint8_t *a, size_t a_size, const uint8_t *b, size_t b_size) {
+    if (a_size != b_size)
+        return a_size < b_size ? -1 : 1;
+    return memcmp(a, b, a_size);
+}
+
+static int member_cmp(const void *a, const void *b) {
+    const ended_member *x = a, *y = b;
+    return identity_cmp(x->identity, x->identity_size, y->identity, y->identity_size);
+}
+
 static bool kept(const ended_job *ej, uint64_t now_ms) {
     return ej->members && now_ms - ej->ended_ms <= ENDED_JOBS_KEEP_MS;
 }
@@ -59,6 +72,7 @@ void ended_jobs_add(ended_jobs *e, const job *j, int code, const char *reason, u
         ej->members[i].identity_size = j->members[i].identity_size;
         ej->members[i].rank = j->members[i].rank;
     }
+    qsort(ej->members, ej->n_members, sizeof(*ej->members), member_cmp);
 }
 
 ended_job *ended_jobs_find(ended_jobs *e, const uint8_t *identity, size_t identity_size, uint64_t now_ms,
@@ -67,12 +81,19 @@ ended_job *ended_jobs_find(ended_jobs *e, const uint8_t *identity, size_t identi
         ended_job *ej = &e->jobs[k];
         if (!kept(ej, now_ms))
             continue;
-        for (size_t i = 0; i < ej->n_members; i++)
-            if (ej->members[i].identity_size == identity_size &&
-                memcmp(ej->members[i].identity, identity, identity_size) == 0) {
-                *ret_member = &ej->members[i];
+        size_t lo = 0, hi = ej->n_members;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            int c = identity_cmp(ej->members[mid].identity, ej->members[mid].identity_size, identity, identity_size);
+            if (c == 0) {
+                *ret_member = &ej->members[mid];
                 return ej;
             }
+            if (c < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
     }
     return NULL;
 }

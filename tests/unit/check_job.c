@@ -466,6 +466,31 @@ START_TEST(test_ended_jobs_per_owner) {
 }
 END_TEST
 
+/* A job of 1024 members that ended (identities of three lengths, joined out of order):
+ * each is found, with its rank, by the binary search; one of none of its members is not. */
+START_TEST(test_ended_job_members_found) {
+    ended_jobs e = {0};
+    job *big = job_new("big", "ddp", 1024, NULL, 0, 0);
+    for (uint32_t i = 0; i < 1024; i++) {
+        job_member m = member((i * 389) % 1024, (int32_t)i); /* "peer-5", "peer-57", "peer-573" ... */
+        ck_assert_int_eq(job_add_member(big, &m), 0);
+    }
+    ended_jobs_add(&e, big, -EPIPE, "left", 1);
+    for (uint32_t i = 0; i < 1024; i++) {
+        job_member m = member((i * 389) % 1024, 0);
+        ended_member *em = NULL;
+        ck_assert_ptr_nonnull(ended_jobs_find(&e, m.identity, m.identity_size, 2, &em));
+        ck_assert_int_eq(em->rank, (int32_t)i);
+    }
+    job_member stranger = member(4096, 0);
+    ended_member *em = NULL;
+    ck_assert_ptr_null(ended_jobs_find(&e, stranger.identity, stranger.identity_size, 2, &em));
+    ck_assert_ptr_null(ended_jobs_find(&e, stranger.identity, 0, 2, &em));
+    job_free(big);
+    ended_jobs_free(&e);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("job");
 
@@ -483,6 +508,7 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_active_members);
     tcase_add_test(core, test_check_join_accepts);
     tcase_add_test(core, test_ended_jobs_per_owner);
+    tcase_add_test(core, test_ended_job_members_found);
     suite_add_tcase(s, core);
 
     TCase *limits = tcase_create("limits");

@@ -43,8 +43,9 @@ void ps_set_average(ps_state *ps, float *block);
 
 /* Takes rank's push of bucket at step: a payload (moved out of *payload), or with payload
  * NULL, from the rank's shared push segment (all buckets, in the layout). Returns 1 when the bucket
- * is complete (its average at ps_average(ps, bucket)), 0 while others are missing, or a
- * negative error with err saying what was wrong with the push. */
+ * is complete (its average at ps_average(ps, bucket)), 0 while others are missing (or when
+ * it is a push that ps_mark_behind said comes again: dropped), or a negative error with err
+ * saying what was wrong with the push. */
 int ps_push(ps_state *ps, uint32_t rank, uint64_t step, uint32_t bucket, zmq_msg_t *payload, const float *segment,
             char *err, size_t err_size);
 const float *ps_average(const ps_state *ps, uint32_t bucket);

@@ -1575,8 +1575,8 @@ static bool server_check_job(server *s, job *j, uint64_t now) {
         for (size_t b = 0; b < j->ps.n_buckets; b++)
             if (j->ps.buckets[b].average_from >= 0) {
                 snprintf(reason, sizeof(reason),
-                         "bucket %zu: rank %d did not give back its average of step %llu within %.1f s of ddpd's "
-                         "restart, and ranks behind it lack that average",
+                         "bucket %zu: rank %d did not give back its average of step %llu within %.1f s of the job's "
+                         "recovery (a libddp older than this ddpd keeps none), and ranks behind it lack that average",
                          b, j->ps.buckets[b].average_from, (unsigned long long)(j->ps.buckets[b].step - 1),
                          (double)(s->opts.heartbeat_ms * s->opts.liveness + DDP_RECOVER_GRACE_MS) / 1000.0);
                 break;

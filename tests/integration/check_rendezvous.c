@@ -206,8 +206,10 @@ START_TEST(test_killed_member_named_within_3s) {
         uint64_t elapsed = clock_now_ms() - killed_at;
         ck_assert_msg(strstr(line, expected) && strstr(line, "died"), "rank %d: %s", r, line);
         ck_assert_msg(elapsed < 3000, "rank %d learnt of the death after %llu ms", r, (unsigned long long)elapsed);
-        ck_assert_int_eq(proc_wait(&members[r], WAIT_MS), 3);
     }
+    for (int r = 0; r < 4; r++) /* after every rank's word: an exit (a sanitizer's) is no part of the 3 s */
+        if (r != 2)
+            ck_assert_int_eq(proc_wait(&members[r], WAIT_MS), 3);
     for (int r = 0; r < 4; r++)
         proc_close(&members[r]);
 
@@ -329,7 +331,7 @@ START_TEST(test_stalled_remote_ddpd) {
     snprintf(listen, sizeof(listen), "tcp://%s:*", ip);
     snprintf(late, sizeof(late), "/tmp/ddp-ps-late-%d", (int)getpid());
     unlink(late);
-    const char *flags[] = {"--listen", listen, "--insecure", "--heartbeat-ms", "100", NULL};
+    const char *flags[] = {"--listen", listen, "--insecure", "--heartbeat-ms", "100", "--liveness", "10", NULL};
     ddpd_proc d;
     ddpd_start(&d, flags);
     const char *args[] = {"--ps", "2", "--ps-late", late, NULL};
@@ -1655,7 +1657,7 @@ START_TEST(test_ps_average_never_given_back) {
             continue;
         ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__ABORT);
         ck_assert_msg(strstr(msg.env->abort->reason, "bucket 0: rank 0 did not give back its average of step 5 within "
-                                                     "11.5 s of ddpd's restart"),
+                                                     "11.5 s of the job's recovery"),
                       "%s", msg.env->abort->reason);
         wire_msg_close(&msg);
         aborted = true;
@@ -1853,7 +1855,7 @@ START_TEST(test_arrival_wait) {
                               "--all-reduce",
                               "1",
                               "--late-ms",
-                              "200",
+                              "500",
                               NULL};
         for (int r = 0; r < 2; r++)
             rank_start(&ranks[r], &d, 2, r, runs[k].job, argv);
@@ -1868,7 +1870,7 @@ START_TEST(test_arrival_wait) {
             ck_assert_int_eq(proc_wait(&ranks[r], WAIT_MS), 0);
             proc_close(&ranks[r]);
         }
-        if (k == 0) /* three times 200 ms late: rank 0 waited at least most of it */
+        if (k == 0) /* three times 500 ms late: rank 0 waited a good part of it, though descheduled */
             ck_assert_msg(waited[0] >= 0.4 && waited[1] < waited[0], "rank 0 waited %.3f s, rank 1 %.3f s", waited[0],
                           waited[1]);
         else
@@ -1923,20 +1925,24 @@ START_TEST(test_stalled_member) {
     snprintf(sock_dir, sizeof(sock_dir), "/tmp/ddp-stall-%d", (int)getpid());
     ck_assert_int_eq(mkdir(sock_dir, 0700), 0);
     snprintf(listen, sizeof(listen), "ipc://%s/ddpd.sock", sock_dir);
-    /* death after 600 ms of silence; a stall may last 2 s */
+    /* death after 600 ms of silence; a stall may last 10 s (below: 2 s) */
     const char *flags[] = {"--listen", listen, "--heartbeat-ms", "200", "--liveness", "3", "--stall-timeout",
                            "2",        NULL};
+    const char *forgiving[] = {"--listen", listen, "--heartbeat-ms", "200", "--liveness", "3", "--stall-timeout",
+                               "10",       NULL};
     ddpd_proc d;
-    ddpd_start(&d, flags);
+    ddpd_start(&d, forgiving);
     const char *args[] = {"--barriers", "3", "--late-ms", "700", NULL};
     proc m[2];
     for (int r = 0; r < 2; r++)
         member_start(&m[r], &d, 2, r, "stall", args);
     for (int r = 0; r < 2; r++)
         ck_assert_msg(proc_expect(&m[r], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
-    /* stopped for 1.5 s, more than twice the death limit: stalled, shown, forgiven */
+    /* stopped past the death limit (until ddpd says so): stalled, shown, forgiven */
     proc_signal(&m[1], SIGSTOP);
-    usleep(1000 * 1000);
+    ck_assert_msg(proc_expect(&d.p, "its process T: stopped", WAIT_MS, line, sizeof(line)) &&
+                      strstr(line, "rank 1 (pid ") && strstr(line, "stalled: silent for"),
+                  "%s", proc_output_tail(&d.p));
     proc ctl;
     const char *status[] = {DDPCTL_PATH, "--coordinator", listen, "status", NULL};
     proc_start(&ctl, status, NULL);
@@ -1944,27 +1950,22 @@ START_TEST(test_stalled_member) {
     ck_assert_msg(strstr(proc_output(&ctl), "stalled:") && strstr(proc_output(&ctl), "its process is T: stopped"), "%s",
                   proc_output_tail(&ctl));
     proc_close(&ctl);
-    usleep(500 * 1000);
     proc_signal(&m[1], SIGCONT);
     all_exit_ok(m, 2);
-    ck_assert_msg(proc_expect(&d.p, "its process T: stopped", WAIT_MS, line, sizeof(line)) &&
-                      strstr(line, "rank 1 (pid ") && strstr(line, "stalled: silent for"),
-                  "%s", proc_output_tail(&d.p));
     ck_assert_msg(proc_expect(&d.p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
 
     ck_assert_int_eq(ddpd_stop(&d), 0);
     /* the same over loopback TCP, where the member's word says which process it is */
-    const char *tcp_flags[] = {"--heartbeat-ms", "200", "--liveness", "3", "--stall-timeout", "2", NULL};
+    const char *tcp_flags[] = {"--heartbeat-ms", "200", "--liveness", "3", "--stall-timeout", "10", NULL};
     ddpd_start(&d, tcp_flags);
     for (int r = 0; r < 2; r++)
         member_start(&m[r], &d, 2, r, "stall-tcp", args);
     for (int r = 0; r < 2; r++)
         ck_assert_msg(proc_expect(&m[r], "joined rank", WAIT_MS, NULL, 0), "%s", proc_output_tail(&m[r]));
     proc_signal(&m[1], SIGSTOP);
-    usleep(1500 * 1000);
+    ck_assert_msg(proc_expect(&d.p, "its process T: stopped", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
     proc_signal(&m[1], SIGCONT);
     all_exit_ok(m, 2);
-    ck_assert_msg(proc_expect(&d.p, "its process T: stopped", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
     ck_assert_msg(proc_expect(&d.p, "answers again after", WAIT_MS, NULL, 0), "%s", proc_output_tail(&d.p));
     ck_assert_int_eq(ddpd_stop(&d), 0);
     ddpd_start(&d, flags);
@@ -1980,8 +1981,9 @@ START_TEST(test_stalled_member) {
     ck_assert_msg(strstr(line, "rank 1 (pid ") && strstr(line, "stopped responding") &&
                       strstr(line, "(state T: stopped; ddpd --stall-timeout 2 s)"),
                   "%s", line);
-    /* the limit counts from the member's last word, at most a heartbeat (200 ms) before the stop */
-    ck_assert_msg(noticed >= 1800 && noticed < 6000, "noticed after %llu ms", (unsigned long long)noticed);
+    /* the limit counts from the member's last word, at most a beat before the stop (its
+     * control thread's first beats are 500 ms apart, till ddpd's 200 ms is heard) */
+    ck_assert_msg(noticed >= 1400 && noticed < 6000, "noticed after %llu ms", (unsigned long long)noticed);
     ck_assert_int_eq(proc_wait(&m[0], WAIT_MS), 3);
     /* when it continues, it is told how its job ended: not that it lost the coordinator */
     proc_signal(&m[1], SIGCONT);

@@ -491,6 +491,39 @@ START_TEST(test_ended_job_members_found) {
 }
 END_TEST
 
+/* A ps job rebuilt after a restart, its members back at the steps given (bucket 0 only). */
+static job *ps_job_back_at(const uint64_t *steps, size_t n) {
+    const uint64_t layout[1] = {3};
+    job *j = job_new("ps", "ps", (uint32_t)n, layout, 1, 0);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_int_eq(job_recover(j, 7, 0, steps, 1), 0);
+    for (size_t i = 0; i < n; i++) {
+        job_member m = member((uint32_t)i, (int32_t)i);
+        m.ps_steps = malloc(sizeof(uint64_t));
+        m.ps_steps[0] = steps[i];
+        ck_assert_int_eq(job_add_member(j, &m), 0);
+    }
+    return j;
+}
+
+/* Ranks back at 5, 4, 5: rank 1 lacks the average of step 4, and rank 0 (the lowest ahead)
+ * is asked for it; at 5 and 3 they cannot be, and the reason says so. */
+START_TEST(test_ps_resolve) {
+    char reason[256];
+    const uint64_t one_behind[] = {5, 4, 5}, two_behind[] = {5, 3};
+    job *j = ps_job_back_at(one_behind, 3);
+    ck_assert_int_eq(job_ps_resolve(j, reason, sizeof(reason)), 0);
+    ck_assert_uint_eq(j->ps.buckets[0].step, 5);
+    ck_assert_int_eq(j->ps.buckets[0].average_from, 0);
+    ck_assert(!ps_lacking(&j->ps, 0, 0) && ps_lacking(&j->ps, 0, 1) && !ps_lacking(&j->ps, 0, 2));
+    job_free(j);
+    j = ps_job_back_at(two_behind, 2);
+    ck_assert_int_eq(job_ps_resolve(j, reason, sizeof(reason)), -ESTALE);
+    ck_assert_msg(strstr(reason, "bucket 0: rank 1 is at step 3, another at step 5"), "%s", reason);
+    job_free(j);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("job");
 
@@ -509,6 +542,7 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_check_join_accepts);
     tcase_add_test(core, test_ended_jobs_per_owner);
     tcase_add_test(core, test_ended_job_members_found);
+    tcase_add_test(core, test_ps_resolve);
     suite_add_tcase(s, core);
 
     TCase *limits = tcase_create("limits");

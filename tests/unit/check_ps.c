@@ -1,6 +1,6 @@
 /* ddpd's parameter-server reduction: payload pushes and shared-memory pushes mixed in one
- * bucket, the average in rank order, bit for bit the same on the threads as on one; and
- * pushes that do not fit refused, saying why. */
+ * bucket, the average in rank order, bit for bit the same on the threads as on one;
+ * pushes that do not fit refused, saying why; an average given back after a restart. */
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -90,12 +90,70 @@ START_TEST(test_mixed_pushes) {
 }
 END_TEST
 
+static void frame_of(zmq_msg_t *frame, const float *values, size_t n) {
+    zmq_msg_init_size(frame, n * sizeof(float));
+    memcpy(zmq_msg_data(frame), values, n * sizeof(float));
+}
+
+/* After a restart rank 1 lacks bucket 0's average of step 4, which rank 0 is asked to give
+ * back: one from another rank, of another step or size, or a second, is refused; rank 1's
+ * push of step 4, sent again, is dropped once; then step 5 averages as ever. */
+START_TEST(test_given_back) {
+    const uint64_t counts[1] = {3};
+    const float average[3] = {1, 2, 3}, x0[3] = {2, 4, 6}, x1[3] = {4, 6, 8};
+    ps_state ps;
+    ck_assert_int_eq(ps_init(&ps, counts, 1, 2), 0);
+    ps.buckets[0].step = 5;
+    ck_assert(!ps_awaits_average(&ps));
+    ps_mark_behind(&ps, 0, 1, 0);
+    ck_assert(ps_awaits_average(&ps));
+    char err[256];
+    zmq_msg_t frame, small;
+    frame_of(&frame, average, 3);
+    frame_of(&small, average, 2);
+    ck_assert_int_eq(ps_give_back(&ps, 1, 4, 0, &frame, err, sizeof(err)), -EPROTO);
+    ck_assert_msg(strstr(err, "rank 1 gave back an average of step 4, which ddpd did not ask of it"), "%s", err);
+    ck_assert_int_eq(ps_give_back(&ps, 0, 5, 0, &frame, err, sizeof(err)), -EPROTO);
+    ck_assert_int_eq(ps_give_back(&ps, 0, 4, 0, &small, err, sizeof(err)), -EMSGSIZE);
+    ck_assert_int_eq(ps_give_back(&ps, 0, 4, 1, &frame, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(ps_give_back(&ps, 0, 4, 0, &frame, err, sizeof(err)), 1);
+    ck_assert(memcmp(ps_average(&ps, 0), average, sizeof(average)) == 0);
+    ck_assert(!ps_awaits_average(&ps));
+    ck_assert(!ps_lacking(&ps, 0, 0));
+    ck_assert(ps_lacking(&ps, 0, 1)); /* told once */
+    ck_assert(!ps_lacking(&ps, 0, 1));
+    ck_assert_int_eq(ps_give_back(&ps, 0, 4, 0, &frame, err, sizeof(err)), -EPROTO);
+    zmq_msg_close(&frame);
+    zmq_msg_close(&small);
+
+    zmq_msg_t again;
+    frame_of(&again, x1, 3);
+    ck_assert_int_eq(ps_push(&ps, 0, 4, 0, &again, NULL, err, sizeof(err)), -EPROTO); /* rank 0 had its average */
+    ck_assert_int_eq(ps_push(&ps, 1, 4, 0, &again, NULL, err, sizeof(err)), 0);       /* dropped */
+    ck_assert_int_eq(ps.buckets[0].n_arrived, 0);
+    ck_assert_int_eq(ps_push(&ps, 1, 4, 0, &again, NULL, err, sizeof(err)), -EPROTO); /* once */
+    ck_assert_msg(strstr(err, "a push for step 4 while the job is at step 5"), "%s", err);
+    zmq_msg_close(&again);
+    zmq_msg_t p0, p1;
+    frame_of(&p0, x0, 3);
+    frame_of(&p1, x1, 3);
+    ck_assert_int_eq(ps_push(&ps, 0, 5, 0, &p0, NULL, err, sizeof(err)), 0);
+    ck_assert_int_eq(ps_push(&ps, 1, 5, 0, &p1, NULL, err, sizeof(err)), 1);
+    const float want[3] = {3, 5, 7};
+    ck_assert(memcmp(ps_average(&ps, 0), want, sizeof(want)) == 0);
+    zmq_msg_close(&p0);
+    zmq_msg_close(&p1);
+    ps_free(&ps);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("ps");
     TCase *tc = tcase_create("ps");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_threads_keep_the_bits);
     tcase_add_test(tc, test_mixed_pushes);
+    tcase_add_test(tc, test_given_back);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

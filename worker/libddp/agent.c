@@ -39,7 +39,8 @@ struct agent_pushes {
     zmq_msg_t *last_average;
     uint64_t *last_step;
     bool *has_last;
-    uint64_t *given_back; /* the step after the last average given back, not to give it twice */
+    uint64_t *given_back; /* the step after the last average given back, and to which ddpd (its */
+    uint64_t *given_to;   /* instance): not twice to one, but again to the next if it went too */
 };
 
 /* How many averages of bucket the ddpd that shared its segment wrote there. */
@@ -168,6 +169,7 @@ static void agent_pushes_free(struct agent_pushes *p) {
     free(p->last_step);
     free(p->has_last);
     free(p->given_back);
+    free(p->given_to);
     free(p);
 }
 
@@ -452,7 +454,7 @@ static void agent_give_back(agent *a, const Ddp__Heartbeat *hb) {
         if (!kept && !in_segment)
             continue; /* none to give: the ranks behind say so at their pull's timeout */
         uint64_t step = kept ? p->last_step[b] : in_segment - 1;
-        if (p->given_back[b] > step)
+        if (p->given_back[b] > step && p->given_to[b] == hb->instance)
             continue;
         zmq_msg_t payload;
         zmq_msg_init(&payload);
@@ -482,6 +484,7 @@ static void agent_give_back(agent *a, const Ddp__Heartbeat *hb) {
         if (zmq_msg_send(&payload, a->control, ZMQ_DONTWAIT) < 0)
             zmq_msg_close(&payload);
         p->given_back[b] = step + 1;
+        p->given_to[b] = hb->instance;
         fprintf(stderr, "ddp: gave bucket %zu's average of step %llu back to ddpd (a rank lacked it)\n", b,
                 (unsigned long long)step);
     }
@@ -931,7 +934,8 @@ int agent_set_ps(agent *a, size_t n_buckets, char *segment, char *average, const
         !(p->saved = calloc(n_buckets, sizeof(bool))) || !(p->framed = calloc(n_buckets, sizeof(bool))) ||
         !(p->held = calloc(n_buckets, sizeof(bool))) || !(p->last_average = calloc(n_buckets, sizeof(zmq_msg_t))) ||
         !(p->last_step = calloc(n_buckets, sizeof(uint64_t))) || !(p->has_last = calloc(n_buckets, sizeof(bool))) ||
-        !(p->given_back = calloc(n_buckets, sizeof(uint64_t)))) {
+        !(p->given_back = calloc(n_buckets, sizeof(uint64_t))) ||
+        !(p->given_to = calloc(n_buckets, sizeof(uint64_t)))) {
         agent_pushes_free(p);
         return -ENOMEM;
     }

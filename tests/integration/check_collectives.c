@@ -299,8 +299,10 @@ START_TEST(test_peer_killed_mid_all_reduce) {
         uint64_t elapsed = clock_now_ms() - killed_at;
         ck_assert_msg(strstr(line, expected) && strstr(line, "died"), "rank %d: %s", r, line);
         ck_assert_msg(elapsed < 3000, "rank %d learnt of the death after %llu ms", r, (unsigned long long)elapsed);
-        ck_assert_int_eq(proc_wait(&ranks[r], 60000), 3);
     }
+    for (int r = 0; r < 4; r++) /* after every rank's word: an exit (a sanitizer's) is no part of the 3 s */
+        if (r != 2)
+            ck_assert_int_eq(proc_wait(&ranks[r], 60000), 3);
     for (int r = 0; r < 4; r++)
         proc_close(&ranks[r]);
     ck_assert_int_eq(ddpd_stop(&d), 0);

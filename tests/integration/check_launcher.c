@@ -194,18 +194,24 @@ START_TEST(test_first_signal_after_a_failure) {
     char dir[] = "/tmp/ddp-run-grace-XXXXXX", env_dir[64], path[96];
     scratch_dir(dir, env_dir, sizeof(env_dir), NULL, 0);
     const char *script = "if [ \"$RANK\" = 1 ]; then while [ ! -e \"$DIR/ready\" ]; do sleep 0.01; done; exit 1; fi; "
-                         "trap 'sleep 1; touch \"$DIR/saved\"; exit 0' TERM INT; touch \"$DIR/ready\"; "
-                         "while :; do sleep 0.05; done";
+                         "trap 'i=0; while [ ! -e \"$DIR/go\" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; "
+                         "touch \"$DIR/saved\"; exit 0' TERM INT; touch \"$DIR/ready\"; while :; do sleep 0.05; done";
     const char *argv[] = {DDP_RUN_PATH, "-n", "2", "--grace-ms", "15000", "--", "sh", "-c", script, NULL};
     const char *env[] = {env_dir, NULL};
     proc p;
     proc_start(&p, argv, env);
     ck_assert_msg(proc_expect(&p, "exited with code 1; stopping the other ranks", WAIT_MS, NULL, 0), "%s",
                   proc_output_tail(&p));
-    proc_signal(&p, SIGINT);
+    proc_signal(&p, SIGINT); /* while rank 0's handler runs: it waits for the file "go" */
+    ck_assert_msg(
+        proc_expect(&p, "received SIGINT while the ranks stop after a failure; forwarding it", WAIT_MS, NULL, 0), "%s",
+        proc_output_tail(&p));
+    snprintf(path, sizeof(path), "%s/go", dir);
+    FILE *go = fopen(path, "w");
+    ck_assert_ptr_nonnull(go);
+    fclose(go);
     int code = proc_wait(&p, WAIT_MS);
     ck_assert_msg(code == 1, "ddp-run exited %d:\n%s", code, proc_output_tail(&p));
-    assert_output_has(&p, "received SIGINT while the ranks stop after a failure; forwarding it");
     ck_assert_msg(!strstr(proc_output(&p), "killing the ranks now"), "%s", proc_output_tail(&p));
     snprintf(path, sizeof(path), "%s/saved", dir);
     ck_assert_msg(access(path, F_OK) == 0, "rank 0's handler did not finish:\n%s", proc_output_tail(&p));
@@ -390,7 +396,7 @@ END_TEST
 /* ddp_store_set/get through ddpd: a value one rank sets reaches every rank, including
  * those that asked first; a key nobody sets is a timeout that names it. */
 START_TEST(test_store) {
-    const char *env[] = {"DDP_TIMEOUT_MS=1500", NULL};
+    const char *env[] = {"DDP_TIMEOUT_MS=5000", NULL};
     const char *args[] = {"-n", "3", "--", "member", "--barriers", "0", "--store", "1", NULL};
     proc p;
     run_expecting(&p, args, env, 0);

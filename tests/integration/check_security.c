@@ -654,10 +654,10 @@ START_TEST(test_curve) {
     }
     /* a key the users file does not name, and no CURVE at all: refused, and told so */
     const char *member[] = {MEMBER_PATH, NULL};
-    const char *stranger[] = {coord, server_env, stranger_env, "WORLD_SIZE=1", "DDP_CONNECT_TIMEOUT_MS=1000", NULL};
+    const char *stranger[] = {coord, server_env, stranger_env, "WORLD_SIZE=1", "DDP_CONNECT_TIMEOUT_MS=3000", NULL};
     ck_assert_int_eq(run_tool(member, stranger, out, sizeof(out)), 2);
     ck_assert_msg(strstr(out, "refused this client's CURVE key (its --curve-users does not name it)"), "%s", out);
-    const char *plain[] = {coord, "WORLD_SIZE=1", "DDP_CONNECT_TIMEOUT_MS=1000", NULL};
+    const char *plain[] = {coord, "WORLD_SIZE=1", "DDP_CONNECT_TIMEOUT_MS=3000", NULL};
     ck_assert_int_eq(run_tool(member, plain, out, sizeof(out)), 2);
     ck_assert_msg(strstr(out, "one side speaks CURVE and the other not"), "%s", out);
     /* ddpctl likewise */
@@ -669,7 +669,7 @@ START_TEST(test_curve) {
     /* and says why ddpd did not answer, with an exit code of its own (3) */
     const char *ctl_stranger[] = {DDPCTL_PATH, "--coordinator", d.endpoint,   "--curve-server-key",
                                   server_pub,  "--curve-key",   stranger_key, "--timeout-ms",
-                                  "1000",      "status",        NULL};
+                                  "3000",      "status",        NULL};
     ck_assert_int_eq(run_tool(ctl_stranger, NULL, out, sizeof(out)), 3);
     ck_assert_msg(strstr(out, "refused this client's CURVE key (its --curve-users does not name its public key)"), "%s",
                   out);
@@ -678,7 +678,7 @@ START_TEST(test_curve) {
                                 "/nonexistent.key",   "status",        NULL};
     ck_assert_int_eq(run_tool(ctl_no_key, NULL, out, sizeof(out)), 2); /* a bad flag, before any request */
     ck_assert_msg(strstr(out, "/nonexistent.key"), "%s", out);
-    const char *ctl_plain[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "--timeout-ms", "1000", "status", NULL};
+    const char *ctl_plain[] = {DDPCTL_PATH, "--coordinator", d.endpoint, "--timeout-ms", "3000", "status", NULL};
     ck_assert_int_eq(run_tool(ctl_plain, NULL, out, sizeof(out)), 3);
     ck_assert_msg(strstr(out, "one side speaks CURVE and the other not"), "%s", out);
     ck_assert_int_eq(ddpd_stop(&d), 0);

@@ -207,7 +207,7 @@ START_TEST(test_timeout_and_status) {
     char line[1024];
     ck_assert_msg(proc_expect(&ranks[0], "raised after", WAIT_MS, line, sizeof(line)), "%s",
                   proc_output_tail(&ranks[0]));
-    ck_assert_msg(strstr(line, "timed out after 3000 ms waiting for rank 1"), "%s", line);
+    ck_assert_msg(strstr(line, "timed out after 6000 ms waiting for rank 1"), "%s", line);
     /* rank 0 caught it and goes on: ddpd ends the job all the same, and rank 1, called on
      * then, learns so from the job's end, not from its own timeout */
     ck_assert_msg(proc_expect(&d.p, "job 'torch-timeout' (generation 1) aborted: rank 0 (pid ", WAIT_MS, NULL, 0), "%s",
@@ -220,7 +220,7 @@ START_TEST(test_timeout_and_status) {
     /* the job's end, or (should it come first) rank 0's call withdrawn from shared memory */
     ck_assert_msg((strstr(line, "job 'torch-timeout' aborted: rank 0 (pid ") &&
                    strstr(line, "ddpd:allreduce failed on rank 0: ") &&
-                   strstr(line, "timed out after 3000 ms waiting for rank 1")) ||
+                   strstr(line, "timed out after 6000 ms waiting for rank 1")) ||
                       strstr(line, "all_reduce #6: rank 0 gave up on it (it failed there"),
                   "%s", line);
     ck_assert_int_eq(proc_wait(&ranks[1], WAIT_MS), 1);

@@ -312,7 +312,7 @@ START_TEST(test_coordinator_restart_and_loss) {
     ddpd_proc d;
     ddpd_start(&d, flags);
     const char *argv[] = {"/usr/bin/env",
-                          "DDP_COORDINATOR_WAIT_MS=1500",
+                          "DDP_COORDINATOR_WAIT_MS=6000", /* room for a sanitized ddpd to start */
                           DDP_WORKER_PATH,
                           "--data",
                           dir,

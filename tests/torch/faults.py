@@ -3,7 +3,7 @@ account (who, which pid on which host), never a hang.
   faults.py loop       all-reduce until one fails; print the error and how long after the
                        last all-reduce that succeeded it came (a peer is killed meanwhile)
   faults.py mismatch   rank r all-reduces 4 + r elements: every rank must raise
-  faults.py timeout    a group with a 3 s timeout; rank 1 waits where rank 0 all-reduces,
+  faults.py timeout    a group with a 6 s timeout; rank 1 waits where rank 0 all-reduces,
                        and calls only once the test saw ddpd end the job (FAULTS_GO_FILE
                        appears), while rank 0, which caught its timeout, goes on
   faults.py torch      torch fails on rank 1 only, after a broadcast (its second tensor takes
@@ -95,5 +95,5 @@ def torch_error(rank):
 if __name__ == "__main__":
     import torch_ddpd  # noqa: F401  registers the backend "ddpd"
     mode = sys.argv[1]
-    dist.init_process_group("ddpd", timeout=timedelta(seconds=3 if mode == "timeout" else 1800))
+    dist.init_process_group("ddpd", timeout=timedelta(seconds=6 if mode == "timeout" else 1800))
     {"loop": loop, "mismatch": mismatch, "timeout": timeout, "torch": torch_error}[mode](dist.get_rank())

@@ -738,7 +738,7 @@ static void forge_send(const char *ep, uint64_t generation) {
                      .n = 1};
     ck_assert_int_eq(zmq_send(push, &h, sizeof(h), ZMQ_SNDMORE), sizeof(h));
     ck_assert_int_eq(zmq_send(push, &forged, sizeof(forged), 0), sizeof(forged));
-    usleep(500 * 1000); /* its handshakes (refused, and tried again) */
+    usleep(1000 * 1000); /* its handshakes (refused, and tried again), on a busy machine too */
     zmq_close(push);
     zmq_ctx_term(ctx);
 }
@@ -839,8 +839,8 @@ START_TEST(test_data_plane) {
                                   data_env,
                                   "DDP_TRANSPORT=zmq",
                                   MEMBER_PATH,
-                                  "--recv-late-ms",
-                                  "1500",
+                                  "--recv-late-ms", /* after the forgers' tries */
+                                  "4000",
                                   "--barriers",
                                   "0",
                                   NULL};

@@ -1,10 +1,15 @@
 #include "common/log.h"
 
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -45,8 +50,127 @@ void log_set_prefix(const char *prefix) {
     snprintf(log_prefix, sizeof(log_prefix), "%s", prefix);
 }
 
+#define LOG_LINE_MAX 2048
+
+/* stderr a socket (journald's stream: systemd's StandardError=journal): lines go out
+ * without waiting (MSG_DONTWAIT), so that a journal that does not read (stalled, or
+ * flushing to a slow disk) never holds up the program's loop. What the full socket did
+ * not take of a line waits for the next line, which goes after it (a line is never cut
+ * into another); whole lines that found it full are dropped, counted, and the count is
+ * said as soon as the socket takes lines again. Else (a terminal, a file, a pipe: ddp-run
+ * always reads ddpd's) each line is one write(2). */
+static struct {
+    pthread_mutex_t lock;
+    int is_socket; /* -1: not looked at yet */
+    char tail[LOG_LINE_MAX + 256];
+    size_t tail_len;
+    unsigned long dropped;
+} out = {PTHREAD_MUTEX_INITIALIZER, -1, "", 0, 0};
+
+/* Sends as much of buf as the socket takes now. */
+static size_t out_send(const char *buf, size_t n) {
+    size_t sent = 0;
+    while (sent < n) {
+        ssize_t w = send(STDERR_FILENO, buf + sent, n - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0)
+            sent += (size_t)w;
+        else if (w < 0 && errno == EINTR)
+            continue;
+        else
+            break; /* full (EAGAIN), or the journal gone: not this line's to say */
+    }
+    return sent;
+}
+
+/* The tail first, whole; true once nothing of it waits. */
+static bool out_flush_tail(void) {
+    size_t sent = out_send(out.tail, out.tail_len);
+    memmove(out.tail, out.tail + sent, out.tail_len - sent);
+    out.tail_len -= sent;
+    return out.tail_len == 0;
+}
+
+/* buf, or what of it the socket did not take, kept as the tail; false if none of it went. */
+static bool out_take(const char *buf, size_t n) {
+    if (n == 0)
+        return true;
+    size_t sent = out_send(buf, n);
+    if (sent == 0)
+        return false;
+    memcpy(out.tail, buf + sent, n - sent);
+    out.tail_len = n - sent;
+    return true;
+}
+
+/* line (n 0: none, only what waits), after the tail and the count of lines dropped. */
+static void log_to_socket(const char *head, const char *line, size_t n) {
+    if (!out_flush_tail()) {
+        out.dropped++;
+        return;
+    }
+    if (out.dropped) {
+        char note[160];
+        int k = snprintf(note, sizeof(note), "%s%lu log lines dropped: stderr (the journal) did not take them\n", head,
+                         out.dropped);
+        if (!out_take(note, (size_t)k)) {
+            out.dropped++;
+            return;
+        }
+        out.dropped = 0;
+        if (out.tail_len) {
+            out.dropped++;
+            return;
+        }
+    }
+    if (!out_take(line, n))
+        out.dropped++;
+}
+
+/* The start of the line that says how many were dropped. */
+static void note_head(char *buf, size_t size) {
+    if (getenv("JOURNAL_STREAM"))
+        snprintf(buf, size, "<%d>%s: ", syslog_priority[LOG_LEVEL_WARN], log_prefix);
+    else
+        snprintf(buf, size, "%s: %s: ", log_prefix, level_names[LOG_LEVEL_WARN]);
+}
+
+static void log_out(const char *line, size_t n) {
+    char head[96];
+    note_head(head, sizeof(head));
+    pthread_mutex_lock(&out.lock);
+    if (out.is_socket < 0) {
+        struct stat st;
+        out.is_socket = fstat(STDERR_FILENO, &st) == 0 && S_ISSOCK(st.st_mode);
+    }
+    bool is_socket = out.is_socket;
+    if (is_socket)
+        log_to_socket(head, line, n);
+    pthread_mutex_unlock(&out.lock);
+    if (!is_socket) {
+        ssize_t w = write(STDERR_FILENO, line, n);
+        (void)w;
+    }
+}
+
+int log_flush(int timeout_ms) {
+    char head[96];
+    note_head(head, sizeof(head));
+    pthread_mutex_lock(&out.lock);
+    for (int waited = 0; out.is_socket > 0; waited += 10) {
+        log_to_socket(head, "", 0);
+        if ((!out.tail_len && !out.dropped) || waited >= timeout_ms)
+            break;
+        struct pollfd p = {.fd = STDERR_FILENO, .events = POLLOUT};
+        if (poll(&p, 1, 10) < 0 && errno != EINTR)
+            break;
+    }
+    int r = out.is_socket > 0 && (out.tail_len || out.dropped) ? -EAGAIN : 0;
+    pthread_mutex_unlock(&out.lock);
+    return r;
+}
+
 static void log_vwrite(log_level level, const char *fmt, va_list ap) {
-    char line[2048];
+    char line[LOG_LINE_MAX];
     int n;
     if (getenv("JOURNAL_STREAM"))
         n = snprintf(line, sizeof(line), "<%d>%s: ", syslog_priority[level], log_prefix);
@@ -67,8 +191,7 @@ static void log_vwrite(log_level level, const char *fmt, va_list ap) {
         log_sink(log_sink_ctx, line, len);
         return;
     }
-    ssize_t w = write(STDERR_FILENO, line, len);
-    (void)w;
+    log_out(line, len);
 }
 
 void log_write(log_level level, const char *fmt, ...) {

@@ -2,7 +2,9 @@
  *
  * One line per event: "ddpd: warn: job 'x': rank 2 (pid 42 on lab1) died".
  * Under systemd (JOURNAL_STREAM set) each line starts with the syslog priority, "<4>",
- * so journalctl shows levels. Thread-safe: each line is one write(2). */
+ * so journalctl shows levels. Thread-safe: each line is one write(2), or, where stderr is
+ * a socket (the journal's stream), sent without waiting: a journal that does not read
+ * costs lines (counted, and said once it reads again), never a stalled caller. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,6 +30,9 @@ void log_set_prefix(const char *prefix);
 void log_set_sink(void (*sink)(void *ctx, const char *line, size_t n), void *ctx);
 
 void log_write(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* At exit: waits up to timeout_ms for a stderr socket to take the rest of a line it did
+ * not take; -EAGAIN if some is still there, or lines were dropped and not said. */
+int log_flush(int timeout_ms);
 
 #define log_error(...) log_write(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_write(LOG_LEVEL_WARN, __VA_ARGS__)
@@ -44,7 +49,7 @@ typedef struct {
     unsigned suppressed;
 } log_ratelimit;
 
-#define LOG_RATELIMIT_INIT(interval, n) {.interval_ms = (interval), .burst = (n)}
+#define LOG_RATELIMIT_INIT(interval, n)                                                                                \
+    { .interval_ms = (interval), .burst = (n) }
 
-void log_ratelimited(log_ratelimit *rl, log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void log_ratelimited(log_ratelimit *rl, log_level level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -24,6 +24,7 @@
 #include "server/server.h"
 
 #define DDPD_METRICS_STOP_MS 5000 /* the last write of the metrics file (ddpd down) gets this long */
+#define DDPD_LOG_FLUSH_MS 1000    /* and the journal this long to take what it has not of the log */
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 
@@ -256,5 +257,6 @@ int main(int argc, char **argv) {
     }
     server_close(&s);
     config_free(&ddpd_spec, &opts);
+    (void)log_flush(DDPD_LOG_FLUSH_MS); /* the rest of a line the journal did not take yet */
     return stop_signal ? 0 : 1;
 }

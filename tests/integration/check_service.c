@@ -1,6 +1,7 @@
 /* ddpd as a systemd service: sd_notify's messages in order (READY, STATUS, WATCHDOG,
  * STOPPING), the Prometheus metrics file and ddpctl metrics, and ddpctl abort. */
 #include <check.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,9 +11,11 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/data_plane.h"
 #include "tests/check_main.h"
 #include "tests/integration/harness.h"
 
@@ -239,6 +242,94 @@ START_TEST(test_metrics_on_a_slow_disk) {
 }
 END_TEST
 
+/* Reads fd into buf (NUL-terminated, *len so far) until needle is in it, or, with needle
+ * NULL, until the end; at most timeout_ms. */
+static bool read_until(int fd, const char *needle, char *buf, size_t size, size_t *len, int timeout_ms) {
+    uint64_t deadline = clock_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        buf[*len] = '\0';
+        if (needle && strstr(buf, needle))
+            return true;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (clock_now_ms() >= deadline || poll(&p, 1, clock_ms_until(deadline)) <= 0)
+            return false;
+        ssize_t n = read(fd, buf + *len, size - 1 - *len);
+        if (n <= 0)
+            return !needle;
+        *len += (size_t)n;
+    }
+}
+
+/* ddpd's stderr is a socket, as the journal's stream under systemd, that nobody reads: its
+ * loop goes on (39 joins past --user-jobs, refused and logged into the full socket, and a
+ * status, are answered; it waited on the socket before), and once it is read again ddpd says how many lines it
+ * dropped; every line arrives whole. */
+START_TEST(test_journal_that_does_not_read) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int small = 4096; /* a few lines fill it */
+    ck_assert_int_eq(setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+    char endpoint[128];
+    snprintf(endpoint, sizeof(endpoint), "ipc:///tmp/check_service_journal_%d.sock", (int)getpid());
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(sv[1], 2) < 0)
+            _exit(126);
+        execl(DDPD_PATH, DDPD_PATH, "--listen", endpoint, "--user-jobs", "1", (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    static char text[1 << 20];
+    size_t len = 0;
+    ck_assert_msg(read_until(sv[0], "listening on", text, sizeof(text), &len, WAIT_MS), "%s", text);
+    void *ctx = zmq_ctx_new(), *s[40];
+    for (int i = 0; i < 40; i++) { /* one job (--user-jobs 1), then 39 joins refused, each logged */
+        s[i] = raw_connect(ctx, endpoint);
+        char job[16];
+        snprintf(job, sizeof(job), "j%d", i);
+        Ddp__Join join = DDP__JOIN__INIT;
+        join.data_plane = DDP_DATA_PLANE_VERSION;
+        join.world_size = 2;
+        join.rank = -1;
+        join.pid = 7;
+        join.host = (char *)"test";
+        Ddp__Envelope env;
+        wire_envelope_init(&env, DDP__MSG_TYPE__JOIN, job, -1, 0, 1);
+        env.join = &join;
+        ck_assert_int_eq(wire_send(s[i], NULL, 0, &env, NULL, 0), 0);
+        if (i == 0) /* the job this user may hold, before the others */
+            raw_wait_members(ctx, endpoint, "j0", 1, WAIT_MS);
+    }
+    for (int i = 1; i < 40; i++) { /* all taken */
+        wire_msg msg;
+        ck_assert_int_eq(raw_next(s[i], WAIT_MS, &msg), 0);
+        ck_assert_int_eq(msg.env->type, DDP__MSG_TYPE__REJECT);
+        wire_msg_close(&msg);
+    }
+    const char *status[] = {DDPCTL_PATH, "--coordinator", endpoint, "--timeout-ms", "3000", "status", NULL};
+    proc c;
+    proc_start(&c, status, NULL);
+    ck_assert_msg(proc_wait(&c, WAIT_MS) == 0, "%s", proc_output_tail(&c));
+    proc_close(&c);
+    for (int i = 0; i < 40; i++)
+        zmq_close(s[i]);
+    zmq_ctx_term(ctx);
+    kill(pid, SIGTERM); /* and read again, to the end */
+    ck_assert(read_until(sv[0], NULL, text, sizeof(text), &len, WAIT_MS));
+    int status_code = 0;
+    ck_assert_int_eq(waitpid(pid, &status_code, 0), pid);
+    ck_assert_msg(WIFEXITED(status_code) && WEXITSTATUS(status_code) == 0, "ddpd: status %d", status_code);
+    close(sv[0]);
+    ck_assert_msg(strstr(text, "log lines dropped: stderr (the journal) did not take them"), "%s", text);
+    ck_assert_msg(strstr(text, "ddpd is shutting down (SIGTERM)"), "%s", text);
+    for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
+        ck_assert_msg(strncmp(line, "ddpd: ", 6) == 0 && strchr(line, '\n'), "a line cut or merged: %.200s", line);
+    }
+}
+END_TEST
+
 /* ddpctl status names a rank that waits in a collective for another, and for how long. */
 START_TEST(test_stall_report) {
     ddpd_proc d;
@@ -280,6 +371,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_notify_and_metrics);
     tcase_add_test(tc, test_stall_report);
     tcase_add_test(tc, test_metrics_on_a_slow_disk);
+    tcase_add_test(tc, test_journal_that_does_not_read);
     suite_add_tcase(s, tc);
     return check_main(s, argc, argv);
 }

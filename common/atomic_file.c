@@ -113,19 +113,34 @@ int atomic_file_check(const char *path, const char *flag, char *err, size_t err_
     return prepare(path, flag, target, err, err_size);
 }
 
-/* The temporary files of base (named .BASE.XXXXXX, as atomic_file_open makes them) that a
- * writer killed before its commit left in dir, on a filesystem without O_TMPFILE (NFS): a
- * checkpoint's size each. A writer holds an exclusive lock on its own file until it is
- * renamed, so one that can be locked has none: it goes. Where the filesystem has no locks,
- * nothing goes. */
-static void remove_leftovers(const char *dir, const char *base) {
-    DIR *d = opendir(dir);
+/* This host's name as it goes into a temporary file's: letters, digits and '-' only. */
+static void host_tag(char *buf, size_t size) {
+    char host[256] = "";
+    if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+        snprintf(host, sizeof(host), "host");
+    size_t i = 0;
+    for (; host[i] && i + 1 < size && i < 64; i++) {
+        char c = host[i];
+        buf[i] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ? c : '_';
+    }
+    buf[i] = '\0';
+}
+
+/* The temporary files of base that a writer on this host killed before its commit left in
+ * dir, on a filesystem without O_TMPFILE (NFS): a checkpoint's size each. They are named
+ * .BASE.ddp-HOST.XXXXXX (atomic_file_open), no one else's name (rsync's are .BASE.XXXXXX),
+ * and only this host's count: where locks are local to a host (NFS mounted nolock), another
+ * host's writer holds none here. A writer holds an exclusive lock on its own file until it
+ * is renamed, so one that can be locked has none: it goes. */
+static void remove_leftovers(const char *dir, const char *base, const char *host) {
+    char prefix[NAME_MAX + 80];
+    int n = snprintf(prefix, sizeof(prefix), ".%s.ddp-%s.", base, host);
+    DIR *d = n > 0 && (size_t)n < sizeof(prefix) ? opendir(dir) : NULL;
     if (!d)
         return;
-    size_t n = strlen(base);
     for (struct dirent *e; (e = readdir(d));) {
         const char *name = e->d_name;
-        if (name[0] != '.' || strncmp(name + 1, base, n) != 0 || name[n + 1] != '.' || strlen(name + n + 2) != 6)
+        if (strncmp(name, prefix, (size_t)n) != 0 || strlen(name + n) != 6)
             continue;
         /* shared, so that a file opened only for reading (as this one) can be locked on NFS */
         int fd = openat(dirfd(d), name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -149,8 +164,10 @@ int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *
     snprintf(dir, sizeof(dir), "%s", f->target);
     snprintf(base, sizeof(base), "%s", f->target);
     const char *in = dirname(dir);
+    char host[72];
+    host_tag(host, sizeof(host));
     /* Hidden and unique: never anyone else's file, never followed through a link. */
-    if ((size_t)snprintf(f->tmp, sizeof(f->tmp), "%s/.%s.XXXXXX", in, basename(base)) >= sizeof(f->tmp)) {
+    if ((size_t)snprintf(f->tmp, sizeof(f->tmp), "%s/.%s.ddp-%s.XXXXXX", in, basename(base), host) >= sizeof(f->tmp)) {
         snprintf(err, err_size, "%s %s: the path is too long", flag, path);
         return -ENAMETOOLONG;
     }
@@ -164,7 +181,7 @@ int atomic_file_open(atomic_file *f, const char *path, mode_t mode, const char *
         atomic_file_abort(f);
         return r;
     }
-    remove_leftovers(in, basename(base)); /* a filesystem without O_TMPFILE: a killed writer's are named */
+    remove_leftovers(in, basename(base), host); /* a filesystem without O_TMPFILE: a killed writer's are named */
     f->fd = mkostemp(f->tmp, O_CLOEXEC);
     if (f->fd >= 0)
         (void)flock(f->fd, LOCK_EX | LOCK_NB); /* held till the rename: not a leftover (where there are locks) */

@@ -52,20 +52,22 @@ void log_set_prefix(const char *prefix) {
 
 #define LOG_LINE_MAX 2048
 
-/* stderr a socket (journald's stream: systemd's StandardError=journal): lines go out
- * without waiting (MSG_DONTWAIT), so that a journal that does not read (stalled, or
- * flushing to a slow disk) never holds up the program's loop. What the full socket did
- * not take of a line waits for the next line, which goes after it (a line is never cut
- * into another); whole lines that found it full are dropped, counted, and the count is
- * said as soon as the socket takes lines again. Else (a terminal, a file, a pipe: ddp-run
- * always reads ddpd's) each line is one write(2). */
+/* Once a program has said so (log_never_wait), a stderr that is a socket (journald's
+ * stream: systemd's StandardError=journal) gets lines without waiting (MSG_DONTWAIT), so
+ * that a journal that does not read (stalled, or flushing to a slow disk) never holds up
+ * the program's loop. What the full socket did not take of a line waits for the next line,
+ * which goes after it (lines are never cut into one another: the program writes nothing
+ * to stderr but through here); whole lines that found it full are dropped, counted, and
+ * the count is said as soon as the socket takes lines again. Else (a terminal, a file, a
+ * pipe: ddp-run always reads ddpd's) each line is one write(2). */
 static struct {
     pthread_mutex_t lock;
+    bool never_wait;
     int is_socket; /* -1: not looked at yet */
     char tail[LOG_LINE_MAX + 256];
     size_t tail_len;
     unsigned long dropped;
-} out = {PTHREAD_MUTEX_INITIALIZER, -1, "", 0, 0};
+} out = {PTHREAD_MUTEX_INITIALIZER, false, -1, "", 0, 0};
 
 /* Sends as much of buf as the socket takes now. */
 static size_t out_send(const char *buf, size_t n) {
@@ -104,26 +106,27 @@ static bool out_take(const char *buf, size_t n) {
 
 /* line (n 0: none, only what waits), after the tail and the count of lines dropped. */
 static void log_to_socket(const char *head, const char *line, size_t n) {
+    unsigned long lost = n > 0; /* what this line adds to the count if it cannot go */
     if (!out_flush_tail()) {
-        out.dropped++;
+        out.dropped += lost;
         return;
     }
     if (out.dropped) {
         char note[160];
         int k = snprintf(note, sizeof(note), "%s%lu log lines dropped: stderr (the journal) did not take them\n", head,
                          out.dropped);
-        if (!out_take(note, (size_t)k)) {
-            out.dropped++;
+        if (k < 0 || (size_t)k >= sizeof(note) || !out_take(note, (size_t)k)) {
+            out.dropped += lost;
             return;
         }
         out.dropped = 0;
         if (out.tail_len) {
-            out.dropped++;
+            out.dropped += lost;
             return;
         }
     }
     if (!out_take(line, n))
-        out.dropped++;
+        out.dropped += lost;
 }
 
 /* The start of the line that says how many were dropped. */
@@ -138,11 +141,11 @@ static void log_out(const char *line, size_t n) {
     char head[96];
     note_head(head, sizeof(head));
     pthread_mutex_lock(&out.lock);
-    if (out.is_socket < 0) {
+    if (out.is_socket < 0 && out.never_wait) {
         struct stat st;
         out.is_socket = fstat(STDERR_FILENO, &st) == 0 && S_ISSOCK(st.st_mode);
     }
-    bool is_socket = out.is_socket;
+    bool is_socket = out.is_socket > 0;
     if (is_socket)
         log_to_socket(head, line, n);
     pthread_mutex_unlock(&out.lock);
@@ -150,6 +153,12 @@ static void log_out(const char *line, size_t n) {
         ssize_t w = write(STDERR_FILENO, line, n);
         (void)w;
     }
+}
+
+void log_never_wait(void) {
+    pthread_mutex_lock(&out.lock);
+    out.never_wait = true;
+    pthread_mutex_unlock(&out.lock);
 }
 
 int log_flush(int timeout_ms) {

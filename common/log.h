@@ -2,9 +2,8 @@
  *
  * One line per event: "ddpd: warn: job 'x': rank 2 (pid 42 on lab1) died".
  * Under systemd (JOURNAL_STREAM set) each line starts with the syslog priority, "<4>",
- * so journalctl shows levels. Thread-safe: each line is one write(2), or, where stderr is
- * a socket (the journal's stream), sent without waiting: a journal that does not read
- * costs lines (counted, and said once it reads again), never a stalled caller. */
+ * so journalctl shows levels. Thread-safe: each line is one write(2), or, after
+ * log_never_wait, where stderr is a socket (the journal's stream), sent without waiting. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -30,8 +29,12 @@ void log_set_prefix(const char *prefix);
 void log_set_sink(void (*sink)(void *ctx, const char *line, size_t n), void *ctx);
 
 void log_write(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* From now on a stderr socket gets lines without waiting: a journal that does not read
+ * costs lines (counted, and said once it reads again), never a stalled caller. For a
+ * program that writes nothing else to stderr (ddpd), whose loop must go on. */
+void log_never_wait(void);
 /* At exit: waits up to timeout_ms for a stderr socket to take the rest of a line it did
- * not take; -EAGAIN if some is still there, or lines were dropped and not said. */
+ * not take, and the count of those dropped; -EAGAIN if some of it is still there. */
 int log_flush(int timeout_ms);
 
 #define log_error(...) log_write(LOG_LEVEL_ERROR, __VA_ARGS__)

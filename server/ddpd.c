@@ -194,6 +194,7 @@ int main(int argc, char **argv) {
         config_free(&ddpd_spec, &opts);
         return 1;
     }
+    log_never_wait(); /* the loop starts: a journal that does not read must not stop it */
     /* Ready only now: the configuration is valid and the socket is bound. */
     char summary[128];
     server_summary(&s, summary, sizeof(summary));

@@ -977,16 +977,18 @@ START_TEST(test_checkpoint_keep) {
     FILE *f = fopen(copy, "w");
     ck_assert_ptr_nonnull(f);
     fclose(f);
-    char left[160], users[160]; /* a killed run's link, not renamed yet; a user's file of a like name */
+    char left[160], older[160], users[160]; /* killed runs' links, not renamed yet; a user's file */
     snprintf(left, sizeof(left), "%s.40.new", ckpt);
+    snprintf(older, sizeof(older), "%s.48.new-4242", ckpt); /* as earlier versions named them */
     snprintf(users, sizeof(users), "%s.040.new", ckpt);
-    for (int i = 0; i < 2; i++) {
-        ck_assert_ptr_nonnull(f = fopen(i ? users : left, "w"));
+    const char *made[] = {left, older, users};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_ptr_nonnull(f = fopen(made[i], "w"));
         fclose(f);
     }
     proc p;
     ck_assert_msg(train(&p, 1, args) == 0, "%s", proc_output_tail(&p));
-    ck_assert_msg(access(left, F_OK) < 0, "%s should be gone", left);
+    ck_assert_msg(access(left, F_OK) < 0 && access(older, F_OK) < 0, "%s and %s should be gone", left, older);
     ck_assert_int_eq(unlink(users), 0);
     proc_close(&p);
     ck_assert_uint_eq(read_info(ckpt).step, 24);

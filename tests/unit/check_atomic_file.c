@@ -219,23 +219,30 @@ START_TEST(test_leftovers_removed) {
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     ck_assert_msg(named && entries() == 2, "no named temporary file left by the killed save");
-    int held = make_beside(".file.live00", true);
-    ck_assert_int_eq(flock(held, LOCK_EX), 0); /* a writer at work */
-    make_beside(".file.toolong", false);
-    make_beside(".other.abc123", false);
-    char link[160];
-    snprintf(link, sizeof(link), "%s/.file.link00", dir);
-    ck_assert_int_eq(symlink(path, link), 0);
     atomic_file live;
     open_and_write(&live, "unsaved"); /* another writer, at work */
+    char ours[128], name[160];        /* ".file.ddp-HOST.", as this host's writers name theirs */
+    const char *live_name = live.tmp + strlen(dir) + 1;
+    snprintf(ours, sizeof(ours), "%.*s", (int)(strlen(live_name) - 6), live_name);
+    snprintf(name, sizeof(name), "%slive00", ours);
+    int held = make_beside(name, true);
+    ck_assert_int_eq(flock(held, LOCK_EX), 0); /* a writer at work, of another process */
+    snprintf(name, sizeof(name), "%stoolong", ours);
+    make_beside(name, false);
+    make_beside(".file.abc123", false);               /* rsync's, say */
+    make_beside(".file.ddp-elsewhere.abc123", false); /* another host's (NFS without shared locks) */
+    make_beside(".other.ddp-host.abc123", false);
+    char link[256];
+    snprintf(link, sizeof(link), "%s/%slink00", dir, ours);
+    ck_assert_int_eq(symlink(path, link), 0);
     atomic_file f;
     char err[256] = "";
     open_and_write(&f, "new");
     ck_assert_msg(atomic_file_commit(&f, "--test", err, sizeof(err)) == 0, "%s", err);
     expect_contents("new");
-    ck_assert(exists_beside(".file.live00") && exists_beside(".file.toolong") && exists_beside(".other.abc123") &&
-              exists_beside(".file.link00") && exists_beside(live.tmp + strlen(dir) + 1));
-    ck_assert_int_eq(entries(), 6); /* the killed save's is gone */
+    ck_assert(exists_beside(live_name) && exists_beside(".file.abc123") &&
+              exists_beside(".file.ddp-elsewhere.abc123") && exists_beside(".other.ddp-host.abc123"));
+    ck_assert_int_eq(entries(), 8); /* the killed save's is gone */
     atomic_file_abort(&live);
     close(held);
 }

@@ -27,14 +27,18 @@ static int64_t step_of(const char *name, const char *base) {
     return *end || errno || name[n + 1] < '0' || name[n + 1] > '9' ? -1 : (int64_t)step;
 }
 
-/* Whether name is base.STEP.new: a link not renamed into place yet (one writer per
- * checkpoint: it is not a live one's; a user's copy is not named so). */
+/* Whether name is base.STEP.new (or base.STEP.new-PID, as earlier versions named it): a
+ * link not renamed into place yet (one writer per checkpoint: it is not a live one's; a
+ * user's copy is not named so). */
 static bool is_leftover(const char *name, const char *base) {
-    size_t n = strlen(name);
-    if (n < 4 || strcmp(name + n - 4, ".new") != 0 || n - 4 >= PATH_MAX)
+    size_t n = strlen(base);
+    const char *mark = strncmp(name, base, n) == 0 && name[n] == '.' ? strstr(name + n + 1, ".new") : NULL;
+    if (!mark || (mark[4] && (mark[4] != '-' || !mark[5] || strspn(mark + 5, "0123456789") != strlen(mark + 5))))
         return false;
     char stem[PATH_MAX];
-    snprintf(stem, sizeof(stem), "%.*s", (int)(n - 4), name);
+    if ((size_t)(mark - name) >= sizeof(stem))
+        return false;
+    snprintf(stem, sizeof(stem), "%.*s", (int)(mark - name), name);
     return step_of(stem, base) >= 0;
 }
 

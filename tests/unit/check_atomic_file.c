@@ -169,9 +169,9 @@ START_TEST(test_abort) {
 }
 END_TEST
 
-/* Killed between the open and the commit: the old contents, and (where the filesystem
- * gives unnamed files) nothing else. */
-START_TEST(test_killed_before_commit) {
+/* A save killed between its open and its commit (as SIGKILL would: no commit, no abort)
+ * in a child: whether its new contents were unnamed (1), named (0), or it failed (-1). */
+static int save_killed_midway(void) {
     int pipe_fds[2];
     ck_assert_int_eq(pipe(pipe_fds), 0);
     pid_t child = fork();
@@ -179,17 +179,26 @@ START_TEST(test_killed_before_commit) {
     if (child == 0) {
         atomic_file f;
         char err[256];
-        int unnamed = atomic_file_open(&f, path, 0600, "--test", err, sizeof(err)) == 0 && write(f.fd, "new", 3) == 3 &&
-                      f.unnamed;
+        int unnamed = atomic_file_open(&f, path, 0600, "--test", err, sizeof(err)) == 0 && write(f.fd, "new", 3) == 3
+                          ? f.unnamed
+                          : -1;
         if (write(pipe_fds[1], &unnamed, sizeof(unnamed)) != (ssize_t)sizeof(unnamed))
             _exit(2);
-        _exit(0); /* as SIGKILL would: no commit, no abort */
+        _exit(0);
     }
-    int unnamed = 0, status = 0;
+    int unnamed = -1, status = 0;
     ck_assert_int_eq(read(pipe_fds[0], &unnamed, sizeof(unnamed)), (ssize_t)sizeof(unnamed));
     ck_assert_int_eq(waitpid(child, &status, 0), child);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
+    return unnamed;
+}
+
+/* Killed between the open and the commit: the old contents, and (where the filesystem
+ * gives unnamed files) nothing else. */
+START_TEST(test_killed_before_commit) {
+    int unnamed = save_killed_midway();
+    ck_assert_int_ge(unnamed, 0);
     expect_contents("old");
     if (unnamed)
         ck_assert_msg(entries() == 1, "a killed save left %d files beside the target", entries() - 1);
@@ -201,24 +210,7 @@ END_TEST
  * stay. */
 START_TEST(test_leftovers_removed) {
     no_tmpfile = 1;
-    int pipe_fds[2];
-    ck_assert_int_eq(pipe(pipe_fds), 0);
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
-    if (child == 0) {
-        atomic_file f;
-        char err[256];
-        int named = atomic_file_open(&f, path, 0600, "--test", err, sizeof(err)) == 0 && !f.unnamed;
-        if (write(pipe_fds[1], &named, sizeof(named)) != (ssize_t)sizeof(named))
-            _exit(2);
-        _exit(0); /* as SIGKILL would: no commit, no abort */
-    }
-    int named = 0, status = 0;
-    ck_assert_int_eq(read(pipe_fds[0], &named, sizeof(named)), (ssize_t)sizeof(named));
-    ck_assert_int_eq(waitpid(child, &status, 0), child);
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    ck_assert_msg(named && entries() == 2, "no named temporary file left by the killed save");
+    ck_assert_msg(save_killed_midway() == 0 && entries() == 2, "no named temporary file left by the killed save");
     atomic_file live;
     open_and_write(&live, "unsaved"); /* another writer, at work */
     char ours[128], name[160];        /* ".file.ddp-HOST.", as this host's writers name theirs */
